@@ -1,0 +1,375 @@
+"""The only module that imports asyncssh: connect, channels, host keys, error mapping.
+
+Everything asyncssh raises is turned into a :mod:`remote_bash.errors` error here,
+once, naming the host. Nothing here retries anything that could run a command
+twice: a failed connect is reported, never re-tried behind the caller's back
+(the fleet layer decides about retries, and only for connects).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+from .errors import (
+    AuthenticationFailed,
+    ConnectError,
+    ConnectionLost,
+    ConnectionRefused,
+    ConnectTimeout,
+    HostKeyChanged,
+    HostUnreachable,
+    KnownHostsMissing,
+    RemoteBashError,
+    UnknownHostKey,
+)
+from .models import Host
+
+__all__ = ["Credentials", "ShellChannel", "SshConnection", "connect", "default_known_hosts"]
+
+
+def default_known_hosts() -> Path:
+    """The user's known_hosts file, which strict checking uses unless a host names another."""
+    return Path("~/.ssh/known_hosts").expanduser()
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What to offer a host: keys, their passphrase, a password, and whether to use the agent."""
+
+    use_agent: bool = True
+    key_files: Sequence[Path] = ()
+    passphrase: str | None = None
+    password: str | None = None
+    keys: Sequence[Any] = ()
+    """Already-loaded private keys (asyncssh key objects), offered before key_files."""
+
+
+@dataclass
+class _HostKeyCheck:
+    """The outcome of checking one host's key, filled in by the client callback."""
+
+    host: Host
+    known_hosts: Path
+    seen: str = ""
+    expected: list[str] = field(default_factory=list)
+    accepted_new: bool = False
+    problem: str = ""  # "", "unknown", "changed"
+
+
+class _Client(asyncssh.SSHClient):
+    """Checks the server's host key against known_hosts ourselves, so the error can say which
+    key was seen and which one was expected, and so ``accept-new`` can record a first key."""
+
+    def __init__(self, check: _HostKeyCheck, on_lost: Callable[[Exception | None], None]) -> None:
+        self._check = check
+        self._on_lost = on_lost
+
+    def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
+        check = self._check
+        check.seen = key.get_fingerprint("sha256")
+        path = check.known_hosts
+        known = asyncssh.read_known_hosts(str(path)) if path.exists() else asyncssh.import_known_hosts("")
+        names = {check.host.hostname, host}
+        trusted: list[asyncssh.SSHKey] = []
+        for name in names:
+            trusted.extend(known.match(name, addr, port)[0])
+        if any(k.public_data == key.public_data for k in trusted):
+            return True
+        if trusted:
+            check.problem = "changed"
+            check.expected = sorted({k.get_fingerprint("sha256") for k in trusted})
+            return False
+        if check.host.host_key_policy == "accept-new":
+            _append_known_host(path, check.host, key)
+            check.accepted_new = True
+            return True
+        check.problem = "unknown"
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._on_lost(exc)
+
+
+def _append_known_host(path: Path, host: Host, key: asyncssh.SSHKey) -> None:
+    pattern = host.hostname if host.port == 22 else f"[{host.hostname}]:{host.port}"
+    line = f"{pattern} {key.export_public_key('openssh').decode().strip()}\n"
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+class _ShellSession(asyncssh.SSHClientSession[bytes]):
+    """Delivers channel bytes to a callback as they arrive: no stream buffering in between."""
+
+    def __init__(self, owner: ShellChannel) -> None:
+        self._owner = owner
+
+    def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
+        self._owner._on_data(data)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._owner._on_closed(exc)
+
+
+class ShellChannel:
+    """One exec channel running a long-lived process, read through a data callback."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.closed = asyncio.Event()
+        self.close_error: Exception | None = None
+        self.on_data: Callable[[bytes], None] = lambda _data: None
+        self.on_closed: Callable[[], None] = lambda: None
+        self._chan: asyncssh.SSHClientChannel[bytes] | None = None
+
+    def _on_data(self, data: bytes) -> None:
+        self.on_data(data)
+
+    def _on_closed(self, exc: Exception | None) -> None:
+        self.close_error = exc
+        self.closed.set()
+        self.on_closed()
+
+    def write(self, data: bytes) -> None:
+        """Send bytes to the process's stdin; raises ConnectionLost when the channel is gone."""
+        if self._chan is None or self.closed.is_set():
+            raise ConnectionLost("the shell channel is closed", host=self.host)
+        try:
+            self._chan.write(data)
+        except (asyncssh.Error, OSError, BrokenPipeError) as exc:
+            raise ConnectionLost(f"writing to the shell failed: {exc}", host=self.host) from exc
+
+    @property
+    def exit_status(self) -> int | None:
+        return None if self._chan is None else self._chan.get_exit_status()
+
+    @property
+    def exit_signal(self) -> str | None:
+        if self._chan is None:
+            return None
+        sig = self._chan.get_exit_signal()
+        return None if sig is None else sig[0]
+
+    def close(self) -> None:
+        if self._chan is not None:
+            self._chan.close()
+
+
+class SshConnection:
+    """An open SSH connection to one host (possibly through jump hosts)."""
+
+    def __init__(self, host: Host, conn: asyncssh.SSHClientConnection, hops: list[asyncssh.SSHClientConnection],
+                 check: _HostKeyCheck, lost: asyncio.Event) -> None:
+        self.host = host
+        self._conn = conn
+        self._hops = hops
+        self.host_key_fingerprint = check.seen
+        self.host_key_accepted_new = check.accepted_new
+        self.lost = lost
+        self.lost_error: Exception | None = None
+        peer = conn.get_extra_info("peername")
+        self.peer_address = f"{peer[0]}:{peer[1]}" if peer else host.address
+
+    @property
+    def is_closed(self) -> bool:
+        return self.lost.is_set()
+
+    async def open_shell(self, command: str) -> ShellChannel:
+        """Start ``command`` on a new exec channel without a pty."""
+        shell = ShellChannel(self.host.name)
+        try:
+            chan, _session = await self._conn.create_session(
+                lambda: _ShellSession(shell), command, encoding=None, request_pty=False
+            )
+        except (asyncssh.Error, OSError) as exc:
+            raise map_error(exc, self.host, during="opening the shell channel") from exc
+        shell._chan = chan
+        return shell
+
+    async def run_side(self, command: str, *, timeout: float) -> tuple[int | None, str]:
+        """Run a short command on a separate channel (used to kill a runaway command).
+
+        Returns (exit status, stdout+stderr). Raises ConnectionLost when the connection is gone.
+        """
+        try:
+            result = await asyncio.wait_for(
+                self._conn.run(command, check=False, stdin=asyncssh.DEVNULL, stderr=asyncssh.STDOUT),
+                timeout,
+            )
+        except TimeoutError as exc:
+            raise ConnectionLost(
+                f"a control command did not answer within {timeout:g} s", host=self.host.name
+            ) from exc
+        except (asyncssh.Error, OSError) as exc:
+            raise map_error(exc, self.host, during="running a control command") from exc
+        out = result.stdout
+        text = out if isinstance(out, str) else (out or b"").decode("utf-8", "replace")
+        return result.exit_status, text
+
+    async def close(self) -> None:
+        for conn in [self._conn, *reversed(self._hops)]:
+            conn.close()
+        for conn in [self._conn, *reversed(self._hops)]:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.wait_closed(), 5)
+
+
+def map_error(exc: BaseException, host: Host, *, during: str = "connecting", check: _HostKeyCheck | None = None,
+              via: str | None = None) -> RemoteBashError:
+    """Map an asyncssh or socket error to a remote_bash error that names the host and what to do."""
+    name = host.name
+    target = f"{host.hostname} port {host.port}" + (f" (through jump host {via})" if via else "")
+    if check is not None and check.problem == "changed":
+        return HostKeyChanged(
+            f"host key for {target} has CHANGED: the server presented {check.seen}, but "
+            f"{check.known_hosts} expects {', '.join(check.expected)}. This may be a "
+            "man-in-the-middle attack, or the host was reinstalled; if you know why it changed, "
+            f"remove the old line (ssh-keygen -R {host.hostname} -f {check.known_hosts}) and connect again",
+            host=name, seen=check.seen, expected=", ".join(check.expected),
+        )
+    if check is not None and check.problem == "unknown":
+        return UnknownHostKey(
+            f"host key {check.seen} of {target} is not in {check.known_hosts}. Verify it, then add it "
+            f"(ssh-keyscan -p {host.port} {host.hostname} >> {check.known_hosts}), or set "
+            "host_key_policy: accept-new for this host in the inventory",
+            host=name,
+        )
+    if isinstance(exc, asyncssh.PermissionDenied):
+        return AuthenticationFailed(
+            f"authentication as {host.user or 'the local user'} on {target} failed: the server refused "
+            "every key and password offered. Check that the key is in the remote authorized_keys, "
+            "that ssh-agent holds it, or store a secret with 'remote-bash credentials set "
+            f"{name}'",
+            host=name,
+        )
+    if isinstance(exc, asyncssh.HostKeyNotVerifiable):
+        return UnknownHostKey(f"host key of {target} could not be verified: {exc}", host=name)
+    if isinstance(exc, TimeoutError):
+        return ConnectTimeout(
+            f"{during} to {target} timed out after {host.connect_timeout:g} s: the host did not answer. "
+            "Check that it is up and that no firewall drops SSH",
+            host=name,
+        )
+    if isinstance(exc, socket.gaierror):
+        return HostUnreachable(
+            f"cannot resolve {host.hostname!r}: {exc.strerror}. Check the hostname in the inventory",
+            host=name,
+        )
+    if isinstance(exc, ConnectionRefusedError) or getattr(exc, "errno", None) == errno.ECONNREFUSED:
+        return ConnectionRefused(
+            f"connection to {target} refused: nothing listens there. Is sshd running, and is the port right?",
+            host=name,
+        )
+    if isinstance(exc, OSError) and exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL):
+        return HostUnreachable(f"{target} is unreachable: {exc.strerror}", host=name)
+    if isinstance(exc, asyncssh.ConnectionLost | asyncssh.DisconnectError | BrokenPipeError | ConnectionResetError):
+        return ConnectionLost(f"connection to {target} lost while {during}: {exc}", host=name)
+    if isinstance(exc, asyncssh.ChannelOpenError):
+        return ConnectionLost(f"{target} refused a new channel while {during}: {exc.reason}", host=name)
+    if isinstance(exc, OSError):
+        return ConnectError(f"{during} to {target} failed: {exc.strerror or exc}", host=name)
+    return ConnectError(f"{during} to {target} failed: {exc}", host=name)
+
+
+async def _connect_one(host: Host, creds: Credentials, tunnel: asyncssh.SSHClientConnection | None,
+                       on_lost: Callable[[Exception | None], None], via: str | None) -> tuple[
+                           asyncssh.SSHClientConnection, _HostKeyCheck]:
+    known_hosts = host.known_hosts or default_known_hosts()
+    if host.host_key_policy == "strict" and not known_hosts.exists():
+        raise KnownHostsMissing(
+            f"known_hosts file {known_hosts} does not exist, so the key of {host.hostname} cannot be "
+            "checked. Create it with the host's key (ssh-keyscan), point known_hosts at the right file, "
+            "or set host_key_policy: accept-new",
+            host=host.name,
+        )
+    check = _HostKeyCheck(host=host, known_hosts=known_hosts)
+    client_keys: list[Any] = list(creds.keys)
+    client_keys.extend(str(p) for p in creds.key_files)
+    options: dict[str, Any] = {
+        "port": host.port,
+        "username": host.user or _local_user(),
+        "known_hosts": b"",  # checked by _Client.validate_host_public_key instead
+        "server_host_key_algs": "default",
+        "client_keys": client_keys or None,
+        "passphrase": creds.passphrase,
+        "password": creds.password,
+        "agent_path": () if creds.use_agent else None,
+        "keepalive_interval": host.keepalive_interval or None,
+        "keepalive_count_max": 3,
+        "login_timeout": host.connect_timeout,
+        "connect_timeout": host.connect_timeout,
+        "config": None,
+        "tunnel": tunnel,
+        "preferred_auth": "publickey,keyboard-interactive,password",
+        "kbdint_auth": creds.password is not None,
+        "password_auth": creds.password is not None,
+    }
+    if not creds.use_agent and not client_keys:
+        options["client_keys"] = ()
+    try:
+        conn = await asyncio.wait_for(
+            asyncssh.connect(host.hostname, client_factory=lambda: _Client(check, on_lost), **options),
+            host.connect_timeout + 1,
+        )
+    except asyncio.CancelledError:
+        raise
+    except (asyncssh.Error, OSError, TimeoutError, ValueError) as exc:
+        raise map_error(exc, host, check=check, via=via) from exc
+    return conn, check
+
+
+def _local_user() -> str:
+    import getpass
+
+    return getpass.getuser()
+
+
+async def connect(chain: Sequence[Host], credentials: Sequence[Credentials]) -> SshConnection:
+    """Open a connection to ``chain[-1]`` through the jump hosts ``chain[:-1]``, first hop first.
+
+    ``credentials`` has one entry per element of ``chain``. Errors name the host that failed.
+    """
+    if not chain or len(chain) != len(credentials):
+        raise ValueError("connect needs one Credentials per host in the chain")
+    lost = asyncio.Event()
+    holder: list[SshConnection] = []
+
+    def on_lost(exc: Exception | None) -> None:
+        if holder:
+            holder[0].lost_error = exc
+        lost.set()
+
+    hops: list[asyncssh.SSHClientConnection] = []
+    tunnel: asyncssh.SSHClientConnection | None = None
+    try:
+        for i, (hop, creds) in enumerate(zip(chain, credentials, strict=True)):
+            last = i == len(chain) - 1
+            via = chain[i - 1].name if i else None
+            conn, check = await _connect_one(hop, creds, tunnel, on_lost if last else (lambda _e: lost.set()), via)
+            if last:
+                ssh = SshConnection(chain[-1], conn, hops, check, lost)
+                holder.append(ssh)
+                return ssh
+            hops.append(conn)
+            tunnel = conn
+    except BaseException:
+        for conn in reversed(hops):
+            conn.close()
+        raise
+    raise AssertionError("unreachable")

@@ -1,0 +1,361 @@
+"""Pure framing: wrap a command for the remote bash, find where its output ends, render it.
+
+The remote side is one ``bash --noprofile --norc`` reading its script from stdin, with
+stdout and stderr merged. Each call sends a *frame*: the command as one single-quoted
+word (so quotes, heredocs, trailing ``&`` or ``# comment``, unclosed quotes and 200 KB
+of text all reach bash intact), ``eval``'d at top level with stdin from /dev/null (so
+``cat`` or ``read`` get end-of-file, never the session's input), then a sentinel that
+is unique to the call and carries the exit status, written to a private descriptor.
+
+The sentinel's bytes never appear in the frame text itself (the nonce is sent in two
+halves), so even ``set -v`` echoing the frame cannot fake it, and nothing the command
+prints can either. The frame uses only keywords, assignments and ``builtin``, and
+suspends ``set -x``/``set -v`` around itself, so ``set -u``, ``IFS=``, ``PATH=`` or a
+function named like a builtin add no noise and break nothing.
+
+This module does no I/O; everything here is plain functions over bytes and str.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from collections import deque
+from dataclasses import dataclass, field
+
+__all__ = [
+    "SENTINEL_FD",
+    "ShellNames",
+    "SHELL_COMMAND",
+    "CallToken",
+    "FrameScanner",
+    "OutputCapture",
+    "clean_text",
+    "frame_command",
+    "init_script",
+    "kill_script",
+    "render_output",
+    "shell_quote",
+]
+
+SENTINEL_FD = 19
+"""The descriptor the shell keeps pointing at the channel, for sentinels only."""
+
+SHELL_COMMAND = "exec bash --noprofile --norc 2>&1"
+"""What the exec channel runs: a non-login, non-interactive bash with no rc files, stderr merged."""
+
+CALL_ENV = "REMOTE_BASH_CALL"
+"""Exported while a command runs; every process it starts inherits it, so a kill can find them."""
+
+NONINTERACTIVE_ENV = {
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "MANPAGER": "cat",
+    "SYSTEMD_PAGER": "cat",
+    "LESS": "-FRX",
+    "TERM": "dumb",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_ASKPASS": "true",
+    "SSH_ASKPASS": "true",
+    "DEBIAN_FRONTEND": "noninteractive",
+    "NO_COLOR": "1",
+    "PIP_NO_INPUT": "1",
+    "PYTHONUNBUFFERED": "1",
+    "CLICOLOR": "0",
+}
+"""Set in every shell so that no tool waits on a person or paints the output."""
+
+
+def shell_quote(text: str) -> str:
+    """Quote ``text`` as one bash word that expands to exactly ``text``."""
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+@dataclass(frozen=True)
+class CallToken:
+    """The identity of one call: its sentinel and the tag its processes carry."""
+
+    nonce: str
+
+    @classmethod
+    def new(cls) -> CallToken:
+        return cls(secrets.token_hex(16))
+
+    @property
+    def call_id(self) -> str:
+        """The first half of the nonce: exported as the call's process tag."""
+        return self.nonce[:16]
+
+    @property
+    def second(self) -> str:
+        return self.nonce[16:]
+
+    @property
+    def marker(self) -> bytes:
+        """The bytes that open this call's sentinel; never present in the frame text."""
+        return b"\x1eRB" + self.nonce.encode() + b":"
+
+
+@dataclass(frozen=True)
+class ShellNames:
+    """Per-shell names of the two framing functions, unguessable so no command collides with them."""
+
+    suffix: str
+
+    @classmethod
+    def new(cls) -> ShellNames:
+        return cls(secrets.token_hex(3))
+
+    @property
+    def before(self) -> str:
+        return f"_rbb{self.suffix}"
+
+    @property
+    def after(self) -> str:
+        return f"_rba{self.suffix}"
+
+
+def frame_command(command: str, token: CallToken, names: ShellNames) -> bytes:
+    """The bytes to send to the shell to run ``command`` as one call.
+
+    One line, kept short because bash reads a pipe one byte at a time: the command as a
+    quoted word, the "before" function (tags the call, prepares ``set -x``/``-v``), the
+    ``eval`` at top level (so ``declare``, ``cd`` and ``export`` persist), and the "after"
+    function inside a silenced group (captures ``$?``, suspends tracing, writes the sentinel).
+    The status capture shares the eval's line on purpose: after a syntax error inside
+    ``eval``, bash misreads a reserved word that starts the next line.
+    """
+    if "\x00" in command:
+        raise ValueError("the command contains a NUL byte, which bash cannot pass on")
+    return (
+        f"_rbc={shell_quote(command)};{names.before} {token.call_id};"
+        f'builtin eval "$_rbp$_rbc" </dev/null;{{ {names.after} {token.second};}} 2>/dev/null\n'
+    ).encode("utf-8", "surrogateescape")
+
+
+def _functions(names: ShellNames) -> list[str]:
+    return [
+        f"{names.before}() {{ unset -f builtin 2>/dev/null; builtin export {CALL_ENV}=$1; _rbi=$1; "
+        'case ${_rbf-} in *[xv]*) _rbp="builtin set -${_rbf//[!xv]/}"$\'\\n\';; *) _rbp=;; esac; }',
+        f"{names.after}() {{ _rbs=$?; _rbf=$-; builtin set +xv; builtin unset -v {CALL_ENV} _rbc; "
+        f"builtin printf '\\036RB%s%s:%s\\036' \"$_rbi\" \"$1\" \"$_rbs\" >&{SENTINEL_FD}; }}",
+    ]
+
+
+def init_script(token: CallToken, names: ShellNames, env: dict[str, str], ulimits: list[tuple[str, int]],
+                nice: int | None) -> bytes:
+    """The first frame: descriptors, framing functions, environment, limits, then a line of
+    facts and the sentinel.
+
+    Its output holds ``RBINFO <pid>|<bash version>|<uname -srm>|<user>`` and one ``RBERR <what>``
+    line per setting that failed.
+    """
+    lines = [
+        "builtin set +o history 2>/dev/null",
+        f"exec {SENTINEL_FD}>&1",
+        "builtin unset HISTFILE PROMPT_COMMAND",
+        *_functions(names),
+    ]
+    merged = {**NONINTERACTIVE_ENV, **env}
+    for key, value in merged.items():
+        lines.append(f"builtin export {key}={shell_quote(value)}")
+    for flag, value in ulimits:
+        lines.append(f"builtin ulimit -S -H {flag} {value} 2>/dev/null || builtin printf 'RBERR %s\\n' "
+                     f"{shell_quote(f'ulimit {flag} {value}')}")
+    if nice is not None:
+        lines.append(f"renice -n {nice} -p $$ >/dev/null 2>&1 || builtin printf 'RBERR %s\\n' "
+                     f"{shell_quote(f'renice -n {nice}')}")
+    lines.append(
+        "builtin printf 'RBINFO %s|%s|%s|%s\\n' \"$$\" \"$BASH_VERSION\" "
+        "\"$(uname -srm 2>/dev/null)\" \"$(id -un 2>/dev/null)\""
+    )
+    lines.append(f"_rbi={token.call_id}; _rbs=0; {names.after} {token.second}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+@dataclass
+class ScanResult:
+    """What one ``FrameScanner.feed`` found."""
+
+    data: bytes
+    """Output bytes of the call (everything before the sentinel)."""
+    done: bool = False
+    status: int | None = None
+    rest: bytes = b""
+    """Bytes after the sentinel: output of background jobs, kept for the next call."""
+
+
+class FrameScanner:
+    """Finds one call's sentinel in a byte stream fed in arbitrary chunks."""
+
+    _TAIL = 12  # longest exit status text plus the closing byte
+
+    def __init__(self, token: CallToken) -> None:
+        self._marker = token.marker
+        self._keep = len(self._marker) + self._TAIL
+        self._carry = b""
+
+    def feed(self, chunk: bytes) -> ScanResult:
+        buf = self._carry + chunk if self._carry else chunk
+        at = buf.find(self._marker)
+        if at >= 0:
+            end = buf.find(b"\x1e", at + len(self._marker))
+            if end >= 0:
+                digits = buf[at + len(self._marker):end]
+                self._carry = b""
+                status = int(digits) if digits.isdigit() else None
+                return ScanResult(buf[:at], True, status, buf[end + 1:])
+            if len(buf) - at <= self._keep:
+                self._carry = buf[at:]
+                return ScanResult(buf[:at])
+            # Marker followed by garbage: not ours after all, pass it through.
+            at = -1
+        # Keep back what could be the start of a marker split across chunks.
+        cut = len(buf) - self._keep
+        if cut <= 0:
+            self._carry = buf
+            return ScanResult(b"")
+        tail = buf[cut:]
+        first = tail.find(b"\x1e")
+        if first < 0:
+            self._carry = b""
+            return ScanResult(buf)
+        self._carry = buf[cut + first:]
+        return ScanResult(buf[:cut + first])
+
+    def pending(self) -> bytes:
+        """Bytes held back so far (output, when the stream ends without a sentinel)."""
+        return self._carry
+
+
+@dataclass
+class OutputCapture:
+    """Keeps the first and last ``limit`` bytes of a stream, its size and its SHA-256.
+
+    Memory stays bounded whatever the stream's size; every byte is hashed.
+    """
+
+    limit: int
+    head: bytearray = field(default_factory=bytearray)
+    total: int = 0
+    _tail: deque[bytes] = field(default_factory=deque)
+    _tail_size: int = 0
+    _sha: hashlib._Hash = field(default_factory=hashlib.sha256)
+
+    def add(self, data: bytes) -> None:
+        if not data:
+            return
+        self.total += len(data)
+        self._sha.update(data)
+        room = self.limit - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+            if not data:
+                return
+        self._tail.append(data)
+        self._tail_size += len(data)
+        while self._tail_size - len(self._tail[0]) >= self.limit:
+            self._tail_size -= len(self._tail.popleft())
+
+    @property
+    def tail(self) -> bytes:
+        joined = b"".join(self._tail)
+        return joined[-self.limit:] if len(joined) > self.limit else joined
+
+    @property
+    def sha256(self) -> str:
+        return self._sha.hexdigest()
+
+
+_ANSI = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor movement
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: titles, hyperlinks
+    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"  # DCS, SOS, PM, APC strings
+    r"|\x1b[@-Z\\-_]"  # two-byte escapes
+    r"|\x9b[0-?]*[ -/]*[@-~]"  # 8-bit CSI
+)
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_CR_LINE = re.compile(r"[^\n]*\r(?=[^\n])")
+
+
+def clean_text(text: str) -> str:
+    """What a person would read: colour codes stripped, ``\\r`` progress lines collapsed to
+    their last state, other control characters dropped; tabs and newlines kept."""
+    if "\x1b" in text or "\x9b" in text:
+        text = _ANSI.sub("", text)
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
+        text = _CR_LINE.sub("", text)
+        text = text.replace("\r", "")
+    return _CONTROL.sub("", text)
+
+
+def _decode_head(data: bytes) -> str:
+    # A multi-byte character cut by the head limit is dropped, not shown as garbage.
+    for back in range(min(3, len(data)), 0, -1):
+        if data[-back] >= 0xC0:
+            if len(data[-back:]) < _utf8_len(data[-back]):
+                data = data[:-back]
+            break
+    return data.decode("utf-8", "replace")
+
+
+def _decode_tail(data: bytes) -> str:
+    skip = 0
+    while skip < min(3, len(data)) and 0x80 <= data[skip] < 0xC0:
+        skip += 1
+    return data[skip:].decode("utf-8", "replace")
+
+
+def _utf8_len(lead: int) -> int:
+    if lead >= 0xF0:
+        return 4
+    if lead >= 0xE0:
+        return 3
+    return 2
+
+
+def render_output(capture: OutputCapture, limit: int) -> tuple[str, bool]:
+    """The text Claude sees: decoded, cleaned and cut to about ``limit`` characters.
+
+    When the output is longer, the start and the end are kept and a marker says how much of
+    the middle was cut. Returns (text, truncated).
+    """
+    if capture.total <= capture.limit:
+        text = clean_text(bytes(capture.head).decode("utf-8", "replace"))
+        if len(text) <= limit:
+            return text, False
+        half = limit // 2
+        cut = len(text) - 2 * half
+        return f"{text[:half]}\n[... {cut:,} characters cut ...]\n{text[-half:]}", True
+    head = clean_text(_decode_head(bytes(capture.head)))
+    tail = clean_text(_decode_tail(capture.tail))
+    half = limit // 2
+    head_kept, tail_kept = head[:half], tail[-half:] if half else ""
+    shown = len(head_kept.encode("utf-8", "replace")) + len(tail_kept.encode("utf-8", "replace"))
+    cut = max(capture.total - shown, 0)
+    return f"{head_kept}\n[... {cut:,} bytes cut: the output was {capture.total:,} bytes ...]\n{tail_kept}", True
+
+
+def kill_script(match: str, signal: str, *, also_pid: int | None = None) -> str:
+    """A POSIX sh script that signals every process whose environment holds ``match``
+    (``NAME=value``), and ``also_pid`` if given, then prints ``RBKILL <count>`` of the
+    processes it found. ``signal`` ``0`` only counts.
+
+    Processes are found through /proc/PID/environ, so children, grandchildren and processes
+    that left the shell's process group are all found, and nothing of another call is.
+    """
+    if not re.fullmatch(r"[A-Z_]+=[A-Za-z0-9_]+", match):
+        raise ValueError(f"bad process tag {match!r}")
+    if signal not in ("0", "INT", "TERM", "KILL", "HUP"):
+        raise ValueError(f"bad signal {signal!r}")
+    extra = f"kill -0 {also_pid} 2>/dev/null && p=\"$p {also_pid}\"\n" if also_pid else ""
+    return (
+        f"p=$(cd /proc 2>/dev/null && grep -lsxzF '{match}' [0-9]*/environ 2>/dev/null | sed 's,/environ,,')\n"
+        f"{extra}"
+        "set -- $p\n"
+        f"if [ $# -gt 0 ] && [ {signal} != 0 ]; then kill -s {signal} \"$@\" 2>/dev/null; fi\n"
+        'echo "RBKILL $#"\n'
+    )

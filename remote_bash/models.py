@@ -1,0 +1,177 @@
+"""Plain data: hosts, limits, policies and command results, as pydantic models.
+
+Models validate and describe; they never do I/O. Every config model forbids
+unknown fields so a typo in an inventory is an error, not a silent default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = [
+    "CommandPolicy",
+    "CommandResult",
+    "Host",
+    "KillReport",
+    "ResourceLimits",
+]
+
+DEFAULT_TIMEOUT = 120.0
+DEFAULT_MAX_TIMEOUT = 600.0
+DEFAULT_OUTPUT_LIMIT = 30_000
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ResourceLimits(_Config):
+    """ulimit-style limits and a nice level, applied to the remote shell when it starts.
+
+    Every command the shell runs inherits them.
+    """
+
+    cpu_seconds: int | None = Field(default=None, ge=1)
+    """CPU time per process, in seconds (``ulimit -t``)."""
+    virtual_memory_kb: int | None = Field(default=None, ge=1024)
+    """Virtual memory per process, in KiB (``ulimit -v``)."""
+    file_size_kb: int | None = Field(default=None, ge=1)
+    """Largest file a process may write, in KiB (``ulimit -f``)."""
+    processes: int | None = Field(default=None, ge=1)
+    """Processes the remote user may have (``ulimit -u``)."""
+    open_files: int | None = Field(default=None, ge=16)
+    """Open file descriptors per process (``ulimit -n``)."""
+    nice: int | None = Field(default=None, ge=0, le=19)
+    """Scheduling niceness of the shell (``renice``); 0 to 19, higher is kinder."""
+
+
+class CommandPolicy(_Config):
+    """A guard rail checked before a command is sent: not the security boundary.
+
+    Isolation and least privilege on the host are the real control.
+    """
+
+    allow: list[str] | None = None
+    """Executables a command may start with; ``None`` allows any executable."""
+    deny: list[str] = Field(default_factory=list)
+    """Regular expressions; a command matching any of them is refused."""
+    allow_operators: bool = True
+    """With an ``allow`` list: whether shell operators (``;``, ``|``, ``&&``, ``$()``, ...) may chain
+    further commands. ``False`` refuses them, since each would start an executable the allowlist
+    never saw."""
+
+
+class Host(_Config):
+    """One host remote_bash may reach, as the inventory resolved it."""
+
+    name: str = Field(min_length=1)
+    """The inventory name; what the audit log, the CLI and errors call the host."""
+    hostname: str = Field(min_length=1)
+    """The address or DNS name to connect to."""
+    port: int = Field(default=22, ge=1, le=65535)
+    """The SSH port."""
+    user: str | None = None
+    """The remote user; ``None`` means the local user's name."""
+    identity_file: Path | None = None
+    """A private key file; its passphrase may live in the OS keyring."""
+    known_hosts: Path | None = None
+    """The known_hosts file to verify the host key against; ``None`` means ``~/.ssh/known_hosts``."""
+    host_key_policy: Literal["strict", "accept-new"] = "strict"
+    """``strict`` refuses unknown keys; ``accept-new`` records the first key seen (changed keys are
+    still refused)."""
+    credential: Literal["auto", "agent", "key", "keyring"] = "auto"
+    """Where credentials come from: ``auto`` offers the agent, the key file and a keyring secret if
+    one is stored; the others restrict to one source."""
+    jump: list[str] = Field(default_factory=list)
+    """Inventory names of hosts to tunnel through, first hop first (like ProxyJump)."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Free-form key/value labels, selectable with ``key=value`` patterns."""
+    groups: list[str] = Field(default_factory=list)
+    """Groups the host belongs to (filled in by the inventory)."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment exported in the remote shell when it starts."""
+    command_timeout: float = Field(default=DEFAULT_TIMEOUT, gt=0)
+    """Default deadline of one command, in seconds."""
+    max_timeout: float = Field(default=DEFAULT_MAX_TIMEOUT, gt=0)
+    """Largest deadline a caller may ask for; longer requests are clamped to it."""
+    connect_timeout: float = Field(default=15.0, gt=0)
+    """Deadline for TCP connect plus SSH handshake plus authentication, in seconds."""
+    keepalive_interval: float = Field(default=15.0, ge=0)
+    """Seconds between SSH keepalives; 0 turns them off. Three unanswered ones drop the connection."""
+    output_limit: int = Field(default=DEFAULT_OUTPUT_LIMIT, ge=200)
+    """Characters of output kept per command (the start and the end; the middle is cut)."""
+    limits: ResourceLimits = Field(default_factory=ResourceLimits)
+    """Resource limits applied to the remote shell."""
+    policy: CommandPolicy = Field(default_factory=CommandPolicy)
+    """The command policy checked before a command is sent."""
+    ssh_config: str | None = None
+    """A ``Host`` alias in the user's ``~/.ssh/config`` to take HostName, User, Port, IdentityFile
+    and ProxyJump from."""
+    redact: list[str] = Field(default_factory=list)
+    """Extra regular expressions whose matches are masked in output and audit records."""
+    forks: int | None = Field(default=None, ge=1)
+    """Largest number of hosts of this host's groups worked on at once by the fleet commands."""
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not key or not (key[0].isalpha() or key[0] == "_") or not all(
+                c.isalnum() or c == "_" for c in key
+            ):
+                raise ValueError(f"environment variable name {key!r} is not a valid shell name")
+        return value
+
+    @property
+    def address(self) -> str:
+        """``hostname:port``, as written in audit records."""
+        return f"{self.hostname}:{self.port}"
+
+
+class KillReport(_Config):
+    """What was done to end a command that outran its deadline or was interrupted."""
+
+    signals: list[str] = Field(default_factory=list)
+    """Signals sent, in order (``INT``, ``TERM``, ``KILL``)."""
+    survivors: int = 0
+    """Processes of the command still alive after the last signal (0 is the goal)."""
+    shell_replaced: bool = False
+    """True when the shell itself had to be killed and a new one started."""
+
+
+class CommandResult(_Config):
+    """The outcome of one command run in a session."""
+
+    command: str
+    """The command text as sent."""
+    output: str
+    """stdout and stderr interleaved as bash wrote them, colour codes stripped, bounded."""
+    exit_code: int | None
+    """The exit status; ``None`` when the command was killed or the shell was lost."""
+    timed_out: bool = False
+    """True when the command outran its deadline and was killed."""
+    interrupted: bool = False
+    """True when the caller interrupted the command (Ctrl-C)."""
+    truncated: bool = False
+    """True when the middle of the output was cut to respect the output limit."""
+    shell_lost: bool = False
+    """True when the shell died (``exit``, ``exec``, ``kill -9 $$``): cwd, variables and functions
+    are gone and the next call gets a fresh shell."""
+    duration: float = 0.0
+    """Seconds from sending the command to its end."""
+    output_bytes: int = 0
+    """Bytes the command printed in all, before truncation."""
+    output_sha256: str = ""
+    """SHA-256 of every byte the command printed, before truncation and redaction."""
+    timeout: float = 0.0
+    """The deadline that applied, in seconds, after clamping."""
+    kill: KillReport | None = None
+    """How the command was ended, when it was."""
+
+    @property
+    def ok(self) -> bool:
+        """True when the command ran to completion with exit status 0."""
+        return self.exit_code == 0 and not self.timed_out and not self.shell_lost

@@ -1,0 +1,550 @@
+"""RemoteBashSession: one persistent bash on a remote host, with deadlines and a remote kill.
+
+A session owns one SSH connection and one long-lived ``bash`` on an exec channel. Calls
+run one after the other (a lock), each framed by a sentinel unique to the call. When a
+call outruns its deadline, the processes it started are found on the remote host by the
+tag in their environment and signalled INT, then TERM, then KILL, over a second channel;
+the shell survives unless it is the shell itself that is stuck.
+
+This module never retries a command: a lost connection ends the call with an error, and
+only the *next* call reconnects. Every command is audited before it is sent; a command
+that cannot be audited is not run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import enum
+import getpass
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from . import framing
+from ._ssh import Credentials, ShellChannel, SshConnection, connect
+from .errors import (
+    AccessDenied,
+    AuditError,
+    ConnectError,
+    ConnectionLost,
+    PolicyDenied,
+    RemoteBashError,
+    SessionClosed,
+    SessionError,
+)
+from .models import CommandResult, Host, KillReport
+
+__all__ = ["AuditSink", "RemoteBashSession", "RemoteInfo", "SessionState"]
+
+KILL_GRACE = 1.0
+"""Seconds to wait after each signal before escalating to the next."""
+
+
+class AuditSink(Protocol):
+    """Where a session writes its audit records (``remote_bash.audit.AuditLog`` fits)."""
+
+    async def awrite(self, host: str, event: str, **fields: Any) -> dict[str, Any]: ...
+
+
+class Redactor(Protocol):
+    def redact(self, text: str) -> str: ...
+
+
+class SessionState(enum.Enum):
+    NEW = "new"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True)
+class RemoteInfo:
+    """Facts about the remote side, read when the shell starts."""
+
+    shell_pid: int
+    bash_version: str
+    os: str
+    user: str
+    address: str
+    host_key: str
+
+
+CredentialSource = Callable[[Host], Credentials | Awaitable[Credentials]]
+HostGate = Callable[[Host, Sequence[Host]], Awaitable[None] | None]
+
+
+class _Call:
+    """The state of the one call in flight."""
+
+    def __init__(self, token: framing.CallToken, limit: int, on_output: Callable[[str], None] | None) -> None:
+        self.token = token
+        self.scanner = framing.FrameScanner(token)
+        self.capture = framing.OutputCapture(limit=max(limit, 1024) * 2)
+        self.done = asyncio.get_running_loop().create_future()
+        self.status: int | None = None
+        self.on_output = on_output
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace") if on_output else None
+
+    def feed(self, data: bytes) -> bytes:
+        """Scan ``data``; returns the bytes that follow the sentinel, if it was found."""
+        result = self.scanner.feed(data)
+        if result.data:
+            self.capture.add(result.data)
+            if self.decoder is not None and self.on_output is not None:
+                text = self.decoder.decode(result.data)
+                if text:
+                    self.on_output(framing.clean_text(text))
+        if result.done:
+            self.status = result.status
+            if not self.done.done():
+                self.done.set_result(True)
+            return result.rest
+        return b""
+
+    def end(self) -> None:
+        """The shell's channel closed: wake whoever waits for this call."""
+        if not self.done.done():
+            self.done.set_result(False)
+
+    @property
+    def finished(self) -> bool:
+        """True when the sentinel was seen."""
+        return self.done.done() and self.done.result() is True
+
+
+class RemoteBashSession:
+    """A persistent remote bash session.
+
+    ::
+
+        async with RemoteBashSession(host) as session:
+            result = await session.run("cd /srv && ls", timeout=30)
+    """
+
+    def __init__(
+        self,
+        host: Host,
+        *,
+        jump_hosts: Sequence[Host] = (),
+        credentials: CredentialSource | None = None,
+        audit: AuditSink | None = None,
+        redactor: Redactor | None = None,
+        gate: HostGate | None = None,
+        operator: str | None = None,
+        kill_grace: float = KILL_GRACE,
+    ) -> None:
+        self.host = host
+        self.jump_hosts = list(jump_hosts)
+        self.session_id = uuid.uuid4().hex[:12]
+        self.operator = operator or _operator()
+        self.info: RemoteInfo | None = None
+        self.state = SessionState.NEW
+        self._credentials = credentials or _default_credentials
+        self._audit = audit
+        self._redactor = redactor
+        self._gate = gate
+        self._kill_grace = kill_grace
+        self._lock = asyncio.Lock()
+        self._conn: SshConnection | None = None
+        self._shell: ShellChannel | None = None
+        self._call: _Call | None = None
+        self._between: bytearray = bytearray()
+        self._names = framing.ShellNames.new()
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def __aenter__(self) -> RemoteBashSession:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Connect and start the shell now, rather than on the first call."""
+        if self.state is SessionState.CLOSED:
+            raise SessionClosed("this session was closed; open a new one", host=self.host.name)
+        async with self._lock:
+            await self._ensure_shell()
+        self.state = SessionState.OPEN
+
+    async def close(self) -> None:
+        """End the shell (and every process it started) and the connection. Idempotent."""
+        if self.state is SessionState.CLOSED:
+            return
+        self.state = SessionState.CLOSED
+        async with self._lock:
+            await self._drop_shell(kill=True)
+            if self._conn is not None:
+                await self._conn.close()
+                self._conn = None
+                await self._audit_write("session.end")
+
+    async def restart(self) -> RemoteInfo:
+        """Kill the shell and everything it started, and start a clean one."""
+        self._check_open()
+        async with self._lock:
+            await self._drop_shell(kill=True)
+            await self._ensure_shell()
+            assert self.info is not None
+            return self.info
+
+    def _check_open(self) -> None:
+        if self.state is SessionState.CLOSED:
+            raise SessionClosed("this session was closed; open a new one", host=self.host.name)
+
+    # -- connection and shell --------------------------------------------------------
+
+    async def _connect(self) -> SshConnection:
+        if self._gate is not None:
+            gated = self._gate(self.host, self.jump_hosts)
+            if gated is not None:
+                await gated
+        chain = [*self.jump_hosts, self.host]
+        creds: list[Credentials] = []
+        for hop in chain:
+            got = self._credentials(hop)
+            creds.append(await got if isinstance(got, Awaitable) else got)
+        try:
+            return await connect(chain, creds)
+        except ConnectError as exc:
+            await self._audit_write("connect.error", error=str(exc), error_type=type(exc).__name__,
+                                    strict=False)
+            raise
+
+    async def _ensure_shell(self) -> None:
+        if self._shell is not None and not self._shell.closed.is_set():
+            return
+        if self._conn is None or self._conn.is_closed:
+            self._conn = await self._connect()
+        conn = self._conn
+        shell = await conn.open_shell(framing.SHELL_COMMAND)
+        self._shell = shell
+        self._names = framing.ShellNames.new()
+        shell.on_data = self._on_data
+        shell.on_closed = self._on_shell_closed
+        token = framing.CallToken.new()
+        startup = _Call(token, 8192, None)
+        self._call = startup
+        ulimits = _ulimits(self.host)
+        env = {**self.host.env, "REMOTE_BASH_SESSION": self.session_id}
+        shell.write(framing.init_script(token, self._names, env, ulimits, self.host.limits.nice))
+        await asyncio.wait([startup.done], timeout=self.host.connect_timeout)
+        self._call = None
+        text = bytes(startup.capture.head).decode("utf-8", "replace")
+        if not startup.finished:
+            shell.close()
+            self._shell = None
+            raise SessionError(
+                f"the remote bash did not start within {self.host.connect_timeout:g} s "
+                f"(is bash installed on {self.host.hostname}?); it printed: {text[-300:]!r}",
+                host=self.host.name,
+            )
+        problems = [line[6:] for line in text.splitlines() if line.startswith("RBERR ")]
+        info_line = next((line for line in text.splitlines() if line.startswith("RBINFO ")), "")
+        parts = (info_line[7:].split("|") + ["", "", "", ""])[:4]
+        self.info = RemoteInfo(
+            shell_pid=int(parts[0]) if parts[0].isdigit() else 0,
+            bash_version=parts[1],
+            os=parts[2],
+            user=parts[3],
+            address=conn.peer_address,
+            host_key=conn.host_key_fingerprint,
+        )
+        await self._audit_write(
+            "session.start", bash_version=self.info.bash_version, os=self.info.os,
+            shell_pid=self.info.shell_pid, host_key_accepted_new=conn.host_key_accepted_new,
+            problems=problems or None, strict=False,
+        )
+        if problems:
+            await self._drop_shell(kill=True)
+            raise SessionError(
+                "the remote shell could not apply the configured limits: " + "; ".join(problems)
+                + ". Lower them in the inventory or raise the hard limits on the host",
+                host=self.host.name,
+            )
+
+    def _on_shell_closed(self) -> None:
+        if self._call is not None:
+            self._call.end()
+
+    def _on_data(self, data: bytes) -> None:
+        call = self._call
+        if call is None:
+            # Output of background jobs between calls: kept (bounded) for the next call.
+            room = self.host.output_limit * 2 - len(self._between)
+            if room > 0:
+                self._between += data[:room]
+            return
+        rest = call.feed(data)
+        if rest:
+            self._call = None
+            self._on_data(rest)
+
+    async def _drop_shell(self, *, kill: bool) -> None:
+        shell, self._shell = self._shell, None
+        self._between.clear()
+        if shell is None:
+            return
+        if kill and self._conn is not None and not self._conn.is_closed and self.info is not None:
+            with contextlib.suppress(RemoteBashError):
+                await self._conn.run_side(
+                    framing.kill_script(f"REMOTE_BASH_SESSION={self.session_id}", "KILL",
+                                        also_pid=self.info.shell_pid),
+                    timeout=5,
+                )
+        shell.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(shell.closed.wait(), 2)
+
+    # -- running commands ------------------------------------------------------------
+
+    def clamp_timeout(self, timeout: float | None) -> float:
+        """The deadline that applies: the host default when None, never above max_timeout."""
+        value = self.host.command_timeout if timeout is None else float(timeout)
+        if value <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        return min(value, self.host.max_timeout)
+
+    async def run(
+        self,
+        command: str,
+        timeout: float | None = None,
+        *,
+        tool_use_id: str | None = None,
+        on_output: Callable[[str], None] | None = None,
+    ) -> CommandResult:
+        """Run ``command`` in the shell and return its result.
+
+        Raises PolicyDenied (never sent), AuditError (not run), ConnectError (could not
+        connect) or ConnectionLost (the connection died mid-call; the command is not re-run).
+        """
+        self._check_open()
+        if not isinstance(command, str):
+            raise TypeError(f"command must be a str, got {type(command).__name__}")
+        deadline_s = self.clamp_timeout(timeout)
+        self._check_policy(command)
+        async with self._lock:
+            if self.state is SessionState.NEW:
+                self.state = SessionState.OPEN
+            await self._ensure_shell()
+            return await self._run_locked(command, deadline_s, tool_use_id, on_output)
+
+    def _check_policy(self, command: str) -> None:
+        policy = self.host.policy
+        if policy.allow is None and not policy.deny:
+            return
+        from .policy import check_command
+
+        decision = check_command(command, policy)
+        if not decision.allowed:
+            raise PolicyDenied(decision.reason, host=self.host.name, rule=decision.rule)
+
+    async def audit_denied(self, exc: AccessDenied, command: str, tool_use_id: str | None) -> None:
+        """Record a refusal; used by the callers that caught it."""
+        event = "policy.denied" if isinstance(exc, PolicyDenied) else "host.denied"
+        await self._audit_write(event, command=command, tool_use_id=tool_use_id, rule=getattr(exc, "rule", None),
+                                error=exc.message, strict=False)
+
+    async def _run_locked(self, command: str, timeout: float, tool_use_id: str | None,
+                          on_output: Callable[[str], None] | None) -> CommandResult:
+        assert self._shell is not None and self._conn is not None
+        shell, conn = self._shell, self._conn
+        token = framing.CallToken.new()
+        frame = framing.frame_command(command, token, self._names)
+        await self._audit_write("exec.start", command=command, tool_use_id=tool_use_id, timeout=timeout,
+                                call_id=token.call_id, strict=True)
+        call = _Call(token, self.host.output_limit, on_output)
+        if self._between:
+            call.capture.add(bytes(self._between))
+            self._between.clear()
+        self._call = call
+        started = time.monotonic()
+        kill: KillReport | None = None
+        timed_out = False
+        try:
+            shell.write(frame)
+            ended = await self._wait(call, shell, timeout)
+            if not ended:
+                timed_out = True
+                kill = await self._kill_call(call, shell, conn, "timeout")
+        except asyncio.CancelledError:
+            # Ctrl-C or a cancelled task: the remote command must not run on unattended.
+            with contextlib.suppress(Exception):
+                kill = await asyncio.shield(self._kill_call(call, shell, conn, "interrupted"))
+            self._call = None
+            await self._audit_write("exec.end", command=command, tool_use_id=tool_use_id, call_id=token.call_id,
+                                    interrupted=True, kill=kill.model_dump() if kill else None,
+                                    duration=round(time.monotonic() - started, 6), strict=False)
+            raise
+        finally:
+            if self._call is call:
+                self._call = None
+        duration = time.monotonic() - started
+        return await self._finish(command, call, shell, conn, timeout, timed_out, kill, duration, tool_use_id)
+
+    async def _wait(self, call: _Call, shell: ShellChannel, timeout: float) -> bool:
+        """Wait for the sentinel, the shell's end, or the deadline. True unless the deadline passed."""
+        if call.done.done():
+            return True
+        if shell.closed.is_set():
+            call.end()
+            return True
+        done, _ = await asyncio.wait([call.done], timeout=timeout)
+        return bool(done)
+
+    async def _kill_call(self, call: _Call, shell: ShellChannel, conn: SshConnection, why: str) -> KillReport:
+        """Signal the call's processes INT, TERM, KILL; replace the shell if it is the shell that hangs."""
+        tag = f"{framing.CALL_ENV}={call.token.call_id}"
+        sent: list[str] = []
+        survivors = 0
+        for sig in ("INT", "TERM", "KILL"):
+            if shell.closed.is_set():
+                break
+            found = await self._signal(conn, tag, sig)
+            if found == 0 and call.finished:
+                break
+            if found:
+                sent.append(sig)
+            await self._wait(call, shell, self._kill_grace if found else 0.05)
+            if call.finished:
+                survivors = await self._signal(conn, tag, "0")
+                if survivors == 0:
+                    break
+        replaced = False
+        if not call.finished and not shell.closed.is_set():
+            # Nothing of the command left to signal, yet no sentinel: the shell itself is stuck
+            # (a builtin loop, say). Its state cannot be saved; replace it.
+            pid = self.info.shell_pid if self.info else None
+            if pid:
+                await conn.run_side(framing.kill_script(tag, "KILL", also_pid=pid), timeout=5)
+                sent.append("KILL shell")
+            await self._wait(call, shell, 2.0)
+            replaced = True
+        if not shell.closed.is_set() or replaced:
+            survivors = await self._signal(conn, tag, "0")
+        report = KillReport(signals=sent, survivors=survivors, shell_replaced=replaced)
+        await self._audit_write("exec.kill", call_id=call.token.call_id, reason=why, kill=report.model_dump(),
+                                strict=False)
+        return report
+
+    async def _signal(self, conn: SshConnection, tag: str, sig: str) -> int:
+        _status, out = await conn.run_side(framing.kill_script(tag, sig), timeout=10)
+        for line in out.splitlines():
+            if line.startswith("RBKILL "):
+                return int(line.split()[1])
+        return 0
+
+    async def _finish(self, command: str, call: _Call, shell: ShellChannel, conn: SshConnection, timeout: float,
+                      timed_out: bool, kill: KillReport | None, duration: float,
+                      tool_use_id: str | None) -> CommandResult:
+        shell_lost = not call.finished
+        if shell_lost:
+            # The sentinel never came: the shell ended (exit, exec, kill -9 $$, set -e) or the
+            # connection died. Keep what it printed; never re-run the command.
+            call.capture.add(call.scanner.pending())
+            await self._settle(shell, conn)
+            self._shell = None
+            if conn.is_closed or (shell.exit_status is None and shell.exit_signal is None and not
+                                  (kill and kill.shell_replaced)):
+                text, _ = framing.render_output(call.capture, self.host.output_limit)
+                text = self._redact(text)
+                error = f"the connection to {self.host.hostname} was lost while the command ran"
+                if conn.lost_error:
+                    error += f" ({conn.lost_error})"
+                await self._audit_write("exec.end", command=command, tool_use_id=tool_use_id,
+                                        call_id=call.token.call_id, error=error, exit_code=None,
+                                        duration=round(duration, 6), output_bytes=call.capture.total,
+                                        output_sha256=call.capture.sha256, strict=False)
+                self._conn = None
+                with contextlib.suppress(Exception):
+                    await conn.close()
+                raise ConnectionLost(
+                    error + "; it was not re-run, and its effects are unknown. The next call reconnects",
+                    host=self.host.name, partial_output=text,
+                )
+        exit_code: int | None
+        if shell_lost:
+            exit_code = shell.exit_status if not timed_out else None
+        else:
+            exit_code = call.status
+            if timed_out:
+                exit_code = None
+        text, truncated = framing.render_output(call.capture, self.host.output_limit)
+        text = self._redact(text)
+        result = CommandResult(
+            command=command,
+            output=text,
+            exit_code=exit_code,
+            timed_out=timed_out,
+            interrupted=False,
+            truncated=truncated,
+            shell_lost=shell_lost,
+            duration=duration,
+            output_bytes=call.capture.total,
+            output_sha256=call.capture.sha256,
+            timeout=timeout,
+            kill=kill,
+        )
+        await self._audit_write(
+            "exec.end", command=command, tool_use_id=tool_use_id, call_id=call.token.call_id,
+            exit_code=exit_code, duration=round(duration, 6), timed_out=timed_out, shell_lost=shell_lost,
+            exit_signal=shell.exit_signal if shell_lost else None,
+            kill=kill.model_dump() if kill else None, output_bytes=call.capture.total,
+            output_sha256=call.capture.sha256, output_head=text[:500], output_tail=text[-500:] if
+            len(text) > 500 else None, truncated=truncated, strict=False,
+        )
+        return result
+
+    async def _settle(self, shell: ShellChannel, conn: SshConnection) -> None:
+        """After the shell's channel closed: wait briefly so a dying connection shows as such."""
+        if conn.is_closed:
+            return
+        if shell.exit_status is None and shell.exit_signal is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(conn.lost.wait(), 2.0)
+
+    def _redact(self, text: str) -> str:
+        return self._redactor.redact(text) if self._redactor is not None else text
+
+    async def _audit_write(self, event: str, *, strict: bool = False, **fields: Any) -> None:
+        if self._audit is None:
+            return
+        record = {k: v for k, v in fields.items() if v is not None}
+        record.setdefault("session_id", self.session_id)
+        record.setdefault("address", self.host.address)
+        record.setdefault("user", self.host.user or (self.info.user if self.info else None))
+        record.setdefault("operator", self.operator)
+        if self._conn is not None and self._conn.host_key_fingerprint:
+            record.setdefault("host_key", self._conn.host_key_fingerprint)
+        try:
+            await self._audit.awrite(self.host.name, event, **record)
+        except AuditError:
+            if strict:
+                raise
+        except OSError as exc:
+            if strict:
+                raise AuditError(f"cannot write the audit log ({exc}); the command was not run",
+                                 host=self.host.name) from exc
+
+
+def _operator() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+def _default_credentials(host: Host) -> Credentials:
+    keys = [host.identity_file] if host.identity_file else []
+    return Credentials(use_agent=host.credential in ("auto", "agent"), key_files=keys)
+
+
+def _ulimits(host: Host) -> list[tuple[str, int]]:
+    lim = host.limits
+    pairs = [("-t", lim.cpu_seconds), ("-v", lim.virtual_memory_kb), ("-f", lim.file_size_kb),
+             ("-u", lim.processes), ("-n", lim.open_files)]
+    return [(flag, value) for flag, value in pairs if value is not None]

@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from remote_bash.models import Host
+from remote_bash.session import RemoteBashSession
+
+from .sshd import TestHosts, make_test_hosts
+
+
+@pytest.fixture(scope="session")
+def hosts() -> Iterator[TestHosts]:
+    root = Path(tempfile.mkdtemp(prefix="rb-sshd-"))
+    os.chmod(root, 0o755)
+    th = make_test_hosts(root)
+    try:
+        yield th
+    finally:
+        th.stop_all()
+
+
+@pytest.fixture(scope="session")
+def web1(hosts: TestHosts) -> Host:
+    return hosts.start("web-1")
+
+
+@pytest.fixture
+async def session(web1: Host) -> AsyncIterator[RemoteBashSession]:
+    async with RemoteBashSession(web1, kill_grace=0.5) as s:
+        yield s
