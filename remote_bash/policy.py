@@ -1,0 +1,499 @@
+"""The command policy and the host allowlist: pure functions, no I/O.
+
+This is a guard rail, not the security boundary. Deny patterns and an executable allowlist stop
+mistakes and plain misuse before a command reaches a host (a session told it may only read logs
+is stopped before ``rm`` is sent), but they cannot contain a determined user: an allowed program
+may run others (``find -exec``, ``awk 'BEGIN{system("...")}'``), aliases and functions on the
+host can rename commands, a listed wrapper or shell (``sudo``, ``env``, ``bash``) allows
+whatever it runs, and bash's grammar is larger than the parser here. Least privilege on the host
+(the remote user's rights, a container, sudo rules) is the real control.
+
+When in doubt the parser refuses: a command it cannot read, or whose name is only known after an
+expansion (``$cmd``, ``l?``, ``{rm,-rf}``), is not allowed through an allowlist.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from remote_bash.models import CommandPolicy
+
+__all__ = ["PolicyDecision", "check_command", "host_in_allowlist"]
+
+_MAX_DEPTH = 32
+_MAX_REPARSES = 16
+# Longest first, so that "&&" is not read as two "&" and "2>&1" is a redirection.
+_OPERATORS = (
+    "<<<", "<<-", ";;&", "&>>",
+    "&&", "||", "|&", ";;", ";&", "<<", ">>", "<&", ">&", "<>", ">|", "&>", "<(", ">(",
+    ";", "&", "|", "<", ">",
+)  # fmt: skip
+_SEPARATORS = frozenset({";", "&", ";;", ";&", ";;&"})
+_CHAINS = frozenset({"&&", "||", "|", "|&"})
+_META = frozenset(" \t\n;&|<>()")
+# Reserved words that only introduce or close the command after them.
+_TRANSPARENT = frozenset({"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "!", "{", "}"})
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^\]]*\])?\+?=")
+_FD = re.compile(r"[0-9]+|\{[A-Za-z_][A-Za-z0-9_]*\}")
+_PLAIN_GLOB_WORDS = frozenset({"[", "[[", "{"})
+_OPERATOR_NAMES = {
+    "newline": "a newline between commands",
+    "$(": "command substitution '$(...)'",
+    "`": "command substitution '`...`'",
+    "<(": "process substitution '<(...)'",
+    ">(": "process substitution '>(...)'",
+}
+
+
+@dataclass(frozen=True)
+class PolicyDecision:
+    """Whether a command may be sent, the rule that decided, and why, in a sentence.
+
+    ``rule`` is ``deny[i]: <pattern>``, ``allow_operators: <operator>``, ``allow`` (the allowlist
+    decided) or ``default`` (no allowlist, no deny rule matched).
+    """
+
+    allowed: bool
+    rule: str
+    reason: str
+
+
+def host_in_allowlist(host_name: str, allowed_names: Collection[str] | None) -> bool:
+    """True when ``allowed_names`` is ``None`` (no allowlist) or holds ``host_name``."""
+    return allowed_names is None or host_name in allowed_names
+
+
+def check_command(command: str, policy: CommandPolicy) -> PolicyDecision:
+    """Check a command against a host's policy: deny patterns first, then the allowlist.
+
+    Never raises: a broken deny pattern refuses every command, and a command that cannot be
+    parsed is refused when an allowlist is set (without one, bash reports the syntax error).
+    """
+    for index, pattern in enumerate(policy.deny):
+        rule = f"deny[{index}]: {pattern}"
+        try:
+            hit = re.search(pattern, command, re.MULTILINE)
+        except re.error as exc:
+            reason = f"deny pattern {pattern!r} is not a valid regular expression ({exc}), so nothing runs"
+            return PolicyDecision(False, rule, reason)
+        if hit:
+            return PolicyDecision(False, rule, f"the command matches this host's deny rule {pattern!r}")
+    if policy.allow is None:
+        return PolicyDecision(True, "default", "no deny rule matched and this host has no allowlist")
+    allowed = {_basename(name) for name in policy.allow}
+    listing = f"(allowed: {', '.join(sorted(allowed)) or 'nothing'})"
+    if not command.strip():
+        return PolicyDecision(False, "allow", f"the command is empty {listing}")
+    try:
+        parsed = _parse(command)
+    except _ParseError as exc:
+        reason = f"could not parse the command ({exc}), so it cannot be checked against this host's allowlist"
+        return PolicyDecision(False, "allow", reason)
+    if not policy.allow_operators and parsed.operators:
+        op = parsed.operators[0]
+        name = _OPERATOR_NAMES.get(op, f"the shell operator {op!r}")
+        reason = (
+            f"{name} is not allowed on this host, since it runs further commands; "
+            "send one simple command per call"
+        )
+        return PolicyDecision(False, f"allow_operators: {op}", reason)
+    for words in parsed.commands:
+        word = _command_name(words)
+        if word is None:
+            continue
+        if not word.literal:
+            reason = (
+                f"the command name {word.raw!r} is only known after shell expansion, so it cannot be "
+                f"checked against this host's allowlist {listing}"
+            )
+            return PolicyDecision(False, "allow", reason)
+        name = _basename(word.value)
+        if name not in allowed:
+            return PolicyDecision(
+                False, "allow", f"command {name!r} is not in this host's allowlist {listing}"
+            )
+    return PolicyDecision(True, "allow", "every command is in this host's allowlist")
+
+
+def _basename(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+def _command_name(words: list[_Word]) -> _Word | None:
+    """The word naming the executable: after reserved words and ``VAR=value`` assignments."""
+    for word in words:
+        if (word.literal and word.raw in _TRANSPARENT) or _ASSIGNMENT.match(word.raw):
+            continue
+        return word
+    return None
+
+
+class _ParseError(ValueError):
+    pass
+
+
+@dataclass
+class _Word:
+    raw: str
+    """The word as written."""
+    value: str
+    """The word after quote removal (expansions left as written)."""
+    literal: bool
+    """False when an expansion, a glob or brace expansion could change the word."""
+
+
+@dataclass
+class _Parsed:
+    commands: list[list[_Word]] = field(default_factory=list)
+    """Every simple command, including those inside substitutions and subshells."""
+    operators: list[str] = field(default_factory=list)
+    """Chaining operators and substitutions, in the order they were met."""
+    pending: str | None = None
+    """A separator (``;``, ``&``, newline) counted only once another command follows it."""
+    reparses: int = 0
+    """``((`` openings that turned out to be subshells and were read again (bounded)."""
+
+
+def _parse(text: str) -> _Parsed:
+    parsed = _Parsed()
+    _Parser(text, parsed, 0).parse_list(closing=False)
+    return parsed
+
+
+class _Parser:
+    """A small reader of bash's lexical structure: enough to find every command's first word."""
+
+    def __init__(self, text: str, out: _Parsed, depth: int) -> None:
+        if depth > _MAX_DEPTH:
+            raise _ParseError("commands are nested too deeply")
+        self.text = text
+        self.pos = 0
+        self.out = out
+        self.depth = depth
+        self.heredocs: list[tuple[str, bool, bool]] = []  # delimiter, strip tabs, expands
+        self.heredoc_op: str | None = None
+
+    def parse_list(self, *, closing: bool) -> None:
+        """Read commands up to the end of the text or, with ``closing``, the matching ``)``."""
+        text = self.text
+        words: list[_Word] = []
+        target = False  # the next word is the target of a redirection
+        while True:
+            self._blanks()
+            if target and (self.pos >= len(text) or text[self.pos] in "\n;&|()#"):
+                raise _ParseError("a redirection has no target")
+            if self.pos >= len(text):
+                if closing:
+                    raise _ParseError("a '(' is never closed")
+                break
+            char = text[self.pos]
+            if char == "#":
+                end = text.find("\n", self.pos)
+                self.pos = len(text) if end < 0 else end
+            elif char == "\n":
+                self.pos += 1
+                words = self._end(words)
+                self.out.pending = self.out.pending or "newline"
+                self._heredoc_bodies()
+            elif char == ")":
+                if not closing:
+                    raise _ParseError("unexpected ')'")
+                self.pos += 1
+                break
+            elif char == "(":
+                words = self._end(words)
+                if text.startswith("((", self.pos):
+                    self._arithmetic(len("(("))
+                else:
+                    self.pos += 1
+                    self._nested()
+            elif op := next((op for op in _OPERATORS if text.startswith(op, self.pos)), None):
+                self.pos += len(op)
+                if op in _SEPARATORS or op in _CHAINS:
+                    words = self._end(words)
+                    if op in _CHAINS:
+                        self.out.operators.append(op)
+                    else:
+                        self.out.pending = self.out.pending or op
+                elif op in ("<(", ">("):
+                    self.out.operators.append(op)
+                    self._nested()
+                    if not target:
+                        words = self._add(words, _Word(op + "...)", "", literal=False))
+                    target = False
+                else:
+                    if target:
+                        raise _ParseError("a redirection has no target")
+                    if op in ("<<", "<<-") and words and words[0].raw == "[[":
+                        raise _ParseError("'<<' inside '[[ ]]'")
+                    target = True
+                    self.heredoc_op = op if op in ("<<", "<<-") else None
+            else:
+                word = self._word()
+                if target:
+                    target = False
+                    if self.heredoc_op:
+                        # bash never expands a delimiter; refusing these keeps both readings equal.
+                        if "$" in word.raw or "`" in word.raw:
+                            raise _ParseError("a here-document delimiter with '$' or '`'")
+                        quoted = any(q in word.raw for q in "'\"\\")
+                        self.heredocs.append((word.value, self.heredoc_op == "<<-", not quoted))
+                        self.heredoc_op = None
+                elif not (_FD.fullmatch(word.raw) and text.startswith(("<", ">"), self.pos)):
+                    words = self._add(words, word)
+        self._end(words)
+        if closing or self.depth:
+            self.out.pending = None  # a separator inside a substitution chains nothing outside it
+
+    def _add(self, words: list[_Word], word: _Word) -> list[_Word]:
+        if not words and self.out.pending:
+            self.out.operators.append(self.out.pending)
+            self.out.pending = None
+        words.append(word)
+        return words
+
+    def _end(self, words: list[_Word]) -> list[_Word]:
+        if words:
+            self.out.commands.append(words)
+        return []
+
+    def _nested(self) -> None:
+        self.depth += 1
+        if self.depth > _MAX_DEPTH:
+            raise _ParseError("commands are nested too deeply")
+        self.parse_list(closing=True)
+        self.depth -= 1
+
+    def _sub(self, text: str) -> None:
+        _Parser(text, self.out, self.depth + 1).parse_list(closing=False)
+
+    def _blanks(self) -> None:
+        text = self.text
+        while self.pos < len(text):
+            if text[self.pos] in " \t":
+                self.pos += 1
+            elif text.startswith("\\\n", self.pos):
+                self.pos += 2
+            else:
+                return
+
+    def _heredoc_bodies(self) -> None:
+        text = self.text
+        for delimiter, strip_tabs, expands in self.heredocs:
+            start = body_end = self.pos
+            while self.pos < len(text):
+                body_end, line = self.pos, ""
+                while True:
+                    end = text.find("\n", self.pos)
+                    end = len(text) if end < 0 else end
+                    part = text[self.pos : end]
+                    self.pos = min(end + 1, len(text))
+                    part = part.lstrip("\t") if strip_tabs else part
+                    # In an expanding here-document bash joins a line ending in an odd number
+                    # of backslashes with the next one before comparing it with the delimiter.
+                    trailing = len(part) - len(part.rstrip("\\"))
+                    if not (expands and trailing % 2 and self.pos < len(text)):
+                        line += part
+                        break
+                    line += part[:-1]
+                if line == delimiter:
+                    break
+            else:
+                body_end = len(text)  # bash accepts a here-document ended by the end of input
+            if expands:
+                _Parser(text[start:body_end], self.out, self.depth + 1)._dquoted([], closing=False)
+        self.heredocs = []
+
+    def _word(self) -> _Word:
+        text, start = self.text, self.pos
+        value: list[str] = []
+        literal, glob = True, False
+        while self.pos < len(text):
+            char = text[self.pos]
+            if char in _META:
+                if char == "(" and _ASSIGNMENT.fullmatch(text[start : self.pos]):
+                    self._array()
+                    literal = False
+                    continue
+                break
+            if char == "\\":
+                if text.startswith("\n", self.pos + 1):
+                    self.pos += 2
+                else:
+                    value.append(text[self.pos + 1 : self.pos + 2] or "\\")
+                    self.pos += 2
+            elif char == "'":
+                end = text.find("'", self.pos + 1)
+                if end < 0:
+                    raise _ParseError("a single quote is never closed")
+                value.append(text[self.pos + 1 : end])
+                self.pos = end + 1
+            elif char == '"':
+                self.pos += 1
+                literal = self._dquoted(value) and literal
+            elif char == "`":
+                literal = False
+                self._backtick()
+            elif char == "$":
+                literal = self._dollar(value, quoted=False) and literal
+            else:
+                glob = glob or char in "*?[{"
+                value.append(char)
+                self.pos += 1
+        raw = text[start : self.pos]
+        return _Word(raw, "".join(value), literal and not (glob and raw not in _PLAIN_GLOB_WORDS))
+
+    def _array(self) -> None:
+        """``name=(a b c)``: the items are words, not a subshell."""
+        self.pos += 1
+        while True:
+            self._blanks()
+            if self.pos >= len(self.text):
+                raise _ParseError("an array '(' is never closed")
+            char = self.text[self.pos]
+            if char == ")":
+                self.pos += 1
+                return
+            if char == "\n":
+                self.pos += 1
+            elif char in _META:
+                raise _ParseError(f"unexpected {char!r} in an array")
+            else:
+                self._word()
+
+    def _dquoted(self, value: list[str], *, closing: bool = True) -> bool:
+        """Read a double-quoted string (or a here-document body); False if it expands anything."""
+        text, literal = self.text, True
+        while self.pos < len(text):
+            char = text[self.pos]
+            if char == '"' and closing:
+                self.pos += 1
+                return literal
+            if char == "\\" and text[self.pos + 1 : self.pos + 2] in ("$", "`", '"', "\\", "\n"):
+                value.append(text[self.pos + 1].replace("\n", ""))
+                self.pos += 2
+            elif char == "`":
+                literal = False
+                self._backtick()
+            elif char == "$":
+                literal = self._dollar(value, quoted=True) and literal
+            else:
+                value.append(char)
+                self.pos += 1
+        if closing:
+            raise _ParseError("a double quote is never closed")
+        return literal
+
+    def _dollar(self, value: list[str], *, quoted: bool) -> bool:
+        """Read what follows a ``$``; False when it is an expansion."""
+        text = self.text
+        after = text[self.pos + 1 : self.pos + 2]
+        if text.startswith("$((", self.pos):
+            self._arithmetic(len("$(("))
+        elif after == "(":
+            self.out.operators.append("$(")
+            self.pos += 2
+            self._nested()
+        elif after == "{":
+            self.pos += 2
+            self._braced()
+        elif after == "'" and not quoted:  # $'...' may spell any name with escapes
+            self.pos += 2
+            while not text.startswith("'", self.pos):
+                if self.pos >= len(text):
+                    raise _ParseError("a $' quote is never closed")
+                self.pos += 2 if text[self.pos] == "\\" else 1
+            self.pos += 1
+        elif after == '"' and not quoted:
+            self.pos += 2
+            self._dquoted(value)
+        elif after and (after.isalnum() or after in "_@*#?$!-"):
+            self.pos += 1
+        else:
+            value.append("$")
+            self.pos += 1
+            return True
+        return False
+
+    def _backtick(self) -> None:
+        self.out.operators.append("`")
+        text, index, body = self.text, self.pos + 1, []
+        while index < len(text) and text[index] != "`":
+            if text[index] == "\\" and text[index + 1 : index + 2] in ("$", "`", "\\"):
+                index += 1
+            body.append(text[index])
+            index += 1
+        if index >= len(text):
+            raise _ParseError("a backquote is never closed")
+        self.pos = index + 1
+        self._sub("".join(body))
+
+    def _arithmetic(self, opener: int) -> None:
+        """``$(( ... ))`` or ``(( ... ))``: not a command, but it may hold substitutions."""
+        text, start, depth = self.text, self.pos, 0
+        out = self.out
+        saved = (len(out.commands), len(out.operators), out.pending, list(self.heredocs))
+        self.pos += opener
+        while self.pos < len(text):
+            char = text[self.pos]
+            if char == ")" and depth == 0:
+                if text.startswith("))", self.pos):
+                    self.pos += 2
+                    return
+                # "$((a) b)" and "((a) b)" are really a subshell, as bash decides too: forget
+                # what the arithmetic reading found and read it again. Each reading may hold
+                # more of them, so the count is bounded to keep the work linear.
+                out.reparses += 1
+                if out.reparses > _MAX_REPARSES:
+                    raise _ParseError("too many '((' that open subshells")
+                del out.commands[saved[0] :], out.operators[saved[1] :]
+                out.pending, self.heredocs = saved[2], saved[3]
+                if opener == len("$(("):
+                    out.operators.append("$(")
+                self.pos = start + opener - 1
+                self._nested()
+                return
+            if char in "()":
+                depth += 1 if char == "(" else -1
+                self.pos += 1
+            elif char == "$":
+                self._dollar([], quoted=True)
+            elif char == "`":
+                self._backtick()
+            elif char == '"':
+                self.pos += 1
+                self._dquoted([])
+            else:
+                self.pos += 2 if char == "\\" else 1
+        raise _ParseError("an arithmetic '((' is never closed")
+
+    def _braced(self) -> None:
+        """``${...}``: may hold quotes and substitutions, and nested braces."""
+        text, depth = self.text, 0
+        while self.pos < len(text):
+            char = text[self.pos]
+            if char == "}":
+                self.pos += 1
+                if depth == 0:
+                    return
+                depth -= 1
+            elif char == "{":
+                depth += 1
+                self.pos += 1
+            elif char == "'":
+                end = text.find("'", self.pos + 1)
+                if end < 0:
+                    raise _ParseError("a single quote is never closed")
+                self.pos = end + 1
+            elif char == '"':
+                self.pos += 1
+                self._dquoted([])
+            elif char == "`":
+                self._backtick()
+            elif char == "$":
+                self._dollar([], quoted=True)
+            else:
+                self.pos += 2 if char == "\\" else 1
+        raise _ParseError("a '${' is never closed")

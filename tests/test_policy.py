@@ -1,0 +1,366 @@
+"""The command policy: deny patterns, the executable allowlist and the shell-operator check."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from remote_bash.models import CommandPolicy
+from remote_bash.policy import PolicyDecision, check_command, host_in_allowlist
+
+READ_ONLY = CommandPolicy(allow=["cat", "ls"])
+CHAINED = CommandPolicy(allow=["cat", "ls", "grep", "echo", "true", "/usr/bin/head"])
+SINGLE = CommandPolicy(allow=["cat", "ls", "grep", "echo", "true", "head"], allow_operators=False)
+
+
+def allowed(command: str, policy: CommandPolicy = CHAINED) -> bool:
+    return check_command(command, policy).allowed
+
+
+# --- deny ----------------------------------------------------------------------------------------
+
+
+def test_deny_names_the_rule_by_index_and_pattern() -> None:
+    policy = CommandPolicy(deny=[r"\bshutdown\b", r"rm\s+-rf\s+/"])
+    decision = check_command("cd /tmp && rm  -rf /", policy)
+    assert decision == PolicyDecision(
+        False, r"deny[1]: rm\s+-rf\s+/", "the command matches this host's deny rule 'rm\\\\s+-rf\\\\s+/'"
+    )
+    assert check_command("ls /", policy) == PolicyDecision(
+        True, "default", "no deny rule matched and this host has no allowlist"
+    )
+
+
+def test_deny_is_multiline() -> None:
+    policy = CommandPolicy(deny=[r"^reboot$"])
+    assert not check_command("echo hi\nreboot\necho bye", policy).allowed
+    assert check_command("echo reboot now", policy).allowed
+
+
+def test_deny_applies_before_the_allowlist() -> None:
+    policy = CommandPolicy(allow=["cat"], deny=["shadow"])
+    assert check_command("cat /etc/shadow", policy).rule == "deny[0]: shadow"
+
+
+def test_invalid_deny_pattern_refuses_everything() -> None:
+    decision = check_command("ls", CommandPolicy(deny=["("]))
+    assert not decision.allowed
+    assert decision.rule == "deny[0]: ("
+    assert "not a valid regular expression" in decision.reason
+
+
+def test_without_an_allowlist_unparsable_text_is_left_to_bash() -> None:
+    assert check_command("echo 'unclosed", CommandPolicy()).allowed
+    assert check_command("", CommandPolicy()).allowed
+
+
+# --- allowlist -----------------------------------------------------------------------------------
+
+
+def test_reason_names_the_command_and_the_allowlist() -> None:
+    assert check_command("rm -rf /tmp/x", READ_ONLY) == PolicyDecision(
+        False, "allow", "command 'rm' is not in this host's allowlist (allowed: cat, ls)"
+    )
+    assert check_command("ls -la /var/log", READ_ONLY) == PolicyDecision(
+        True, "allow", "every command is in this host's allowlist"
+    )
+
+
+@pytest.mark.parametrize(
+    "command", ["/bin/ls", "./ls -l", "X=1 ls", "A=1 B[2]=x C+=y /usr/bin/cat f", "\\ls"]
+)
+def test_paths_and_assignments(command: str) -> None:
+    assert allowed(command, READ_ONLY)
+
+
+def test_allow_entries_may_be_paths() -> None:
+    assert allowed("head -n 3 f")
+    assert allowed("/bin/head f")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "sudo ls",
+        "env ls",
+        "xargs ls",
+        "nohup ls",
+        "time ls",
+        "exec ls",
+        "command ls",
+        "builtin ls",
+        "eval ls",
+        "bash -c ls",
+        "sh -c 'ls'",
+        "X=1 sudo ls",
+    ],
+)
+def test_wrappers_need_to_be_listed_themselves(command: str) -> None:
+    decision = check_command(command, READ_ONLY)
+    wrapper = shlex.split(command)[0] if "=" not in command else "sudo"
+    assert decision.reason == f"command {wrapper!r} is not in this host's allowlist (allowed: cat, ls)"
+
+
+def test_a_listed_wrapper_allows_what_it_runs() -> None:
+    assert allowed("sudo rm -rf /tmp/x", CommandPolicy(allow=["sudo"]))
+
+
+@pytest.mark.parametrize(
+    ("command", "culprit"),
+    [
+        ("cat a|rm x", "rm"),
+        ("ls;rm x", "rm"),
+        ("ls&&rm x", "rm"),
+        ("ls||rm x", "rm"),
+        ("ls&rm x", "rm"),
+        ("ls|&rm x", "rm"),
+        ("ls\nrm x", "rm"),
+        ("ls \\\n; rm", "rm"),
+        ("echo $(rm x)", "rm"),
+        ("echo a$(rm x)b", "rm"),
+        ("echo `rm x`", "rm"),
+        ('echo "$(rm x)"', "rm"),
+        ('echo "`rm x`"', "rm"),
+        ("echo $(ls $(rm x))", "rm"),
+        ("diff <(ls) <(rm x)", "rm"),
+        ("ls > >(rm x)", "rm"),
+        ("echo ${X:-$(rm x)}", "rm"),
+        ("echo $((1 + $(rm x)))", "rm"),
+        ("(rm x)", "rm"),
+        ("{ ls; rm x; }", "rm"),
+        ("if true; then rm x; fi", "rm"),
+        ("! rm x", "rm"),
+        ("f() { rm x; }", "f"),
+        ("ls # c\nrm x", "rm"),
+        ("cat <<EOF\n$(rm x)\nEOF", "rm"),
+        ("cat <<EOF\nbody\nEOF\nrm x", "rm"),
+        ("cat <<-EOF\n\tbody\n\tEOF\nrm x", "rm"),
+        ("cat <<EOF\nbody\nEO\\\nF\nrm x\nEOF", "rm"),  # bash joins the continued line into EOF
+        ("arr=(a $(rm x)) ls", "rm"),
+        ("for i in 1 2; do ls; done", "for"),
+        ("'r'm x", "rm"),
+        ('"rm" x', "rm"),
+    ],
+)
+def test_every_command_is_checked_even_glued_to_operators(command: str, culprit: str) -> None:
+    decision = check_command(command, CHAINED)
+    assert not decision.allowed
+    assert decision.reason.startswith(f"command {culprit!r} is not in this host's allowlist")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "echo 'a;rm x'",
+        'echo "a|rm x && rm y"',
+        "echo a\\;rm",
+        "echo a\\|rm",
+        "ls # ; rm x",
+        "echo a#b",
+        "echo '$(rm x)' '`rm x`'",
+        "cat <<'EOF'\n$(rm x)\n`rm y`\nEOF",
+        'cat <<"EOF"\nrm x\nEOF\n',
+        "cat <<EOF\nrm x; reboot\nEOF",
+        "echo $((1 + 2))",
+        "((i = 1 << 2))",
+        "if true; then ls; else cat f; fi",
+        "{ ls; }",
+        "ls 2>&1 | grep x > out 2>/dev/null",
+        "arr=(a b c) ls",
+        "echo ${HOME} $1 $@ $$",
+        "grep -e 'x\\' f",
+        "[ -f x ]",
+    ],
+)
+def test_text_that_only_looks_like_commands(command: str) -> None:
+    policy = CommandPolicy(allow=["cat", "ls", "grep", "echo", "true", "["])
+    assert check_command(command, policy).allowed, command
+
+
+@pytest.mark.parametrize(
+    "command", ["$CMD x", "${CMD} x", "$(echo ls) x", "l? x", "l* x", "{rm,-rf,x}", "$'\\x72m' x"]
+)
+def test_names_built_by_expansion_are_refused(command: str) -> None:
+    decision = check_command(command, CHAINED)
+    assert not decision.allowed
+    assert "only known after shell expansion" in decision.reason
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "echo 'open",
+        'echo "open',
+        "echo $(ls",
+        "echo `ls",
+        "echo ${x",
+        "ls )",
+        "ls >",
+        "ls > ; x",
+        "cat <<$X\nrm\n$X",
+    ],
+)
+def test_unparsable_text_is_refused_with_an_allowlist(command: str) -> None:
+    decision = check_command(command, CHAINED)
+    assert not decision.allowed
+    assert decision.reason.startswith("could not parse the command")
+
+
+@pytest.mark.parametrize("command", ["", "   ", "\n\t"])
+def test_empty_command(command: str) -> None:
+    decision = check_command(command, READ_ONLY)
+    assert (decision.allowed, decision.rule) == (False, "allow")
+    assert "empty" in decision.reason
+
+
+def test_deep_nesting_is_refused_not_a_crash() -> None:
+    assert not allowed("echo " + "$(" * 2000 + "ls" + ")" * 2000)
+    assert not allowed("echo " + '"$(' * 2000)
+
+
+def test_double_paren_that_opens_a_subshell_is_read_as_one() -> None:
+    assert allowed("echo $((ls) )")
+    assert check_command("echo $((ls) (rm x))", CHAINED).reason.startswith("command 'rm'")
+    assert check_command("echo $((ls) )", SINGLE).rule == "allow_operators: $("
+    nested = "x"
+    for _ in range(40):  # each level would double the work if it were read again from scratch
+        nested = f"$(({nested}) )"
+    assert not allowed("echo " + nested)
+
+
+# --- allow_operators -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "operator"),
+    [
+        ("cat a|grep x", "|"),
+        ("ls;ls", ";"),
+        ("ls&&ls", "&&"),
+        ("ls||ls", "||"),
+        ("ls&ls", "&"),
+        ("ls\nls", "newline"),
+        ("echo $(ls)", "$("),
+        ("echo `ls`", "`"),
+        ("cat <(ls)", "<("),
+        ("ls >(cat)", ">("),
+        ('echo "$(ls)"', "$("),
+    ],
+)
+def test_operators_refused_when_not_allowed(command: str, operator: str) -> None:
+    decision = check_command(command, SINGLE)
+    assert not decision.allowed
+    assert decision.rule == f"allow_operators: {operator}"
+    assert "is not allowed on this host" in decision.reason
+    assert allowed(command, CHAINED)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "ls -l",
+        "ls 2>&1",
+        "ls &>/dev/null",
+        "ls >out 2>>err </dev/null",
+        "grep x <<<'a;b'",
+        "cat <<EOF\nx | y\nEOF\n",
+        "ls;",
+        "ls\n",
+        "echo 'a && b'",
+        "echo $((2*3))",
+    ],
+)
+def test_redirections_and_trailing_separators_are_not_chaining(command: str) -> None:
+    assert check_command(command, SINGLE).allowed, command
+
+
+def test_operators_are_only_checked_with_an_allowlist() -> None:
+    assert check_command("ls; rm x", CommandPolicy(allow_operators=False)).allowed
+
+
+# --- host allowlist ------------------------------------------------------------------------------
+
+
+def test_host_in_allowlist() -> None:
+    assert host_in_allowlist("web-1", None)
+    assert host_in_allowlist("web-1", {"web-1", "db-1"})
+    assert not host_in_allowlist("web-2", ["web-1"])
+    assert not host_in_allowlist("web-1", [])
+
+
+def test_decision_is_frozen() -> None:
+    decision = check_command("ls", READ_ONLY)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        decision.allowed = False  # type: ignore[misc]
+
+
+# --- properties ----------------------------------------------------------------------------------
+
+POLICIES = [
+    CommandPolicy(),
+    CommandPolicy(deny=["rm", "^x$"]),
+    CHAINED,
+    SINGLE,
+    CommandPolicy(allow=[]),
+]
+shellish = st.text(alphabet="ab ;&|<>()$`'\"\\\n#{}=*?!-EOF", max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=60), shellish), st.sampled_from(POLICIES))
+def test_never_raises(command: str, policy: CommandPolicy) -> None:
+    decision = check_command(command, policy)
+    assert isinstance(decision.allowed, bool)
+    assert decision.reason
+
+
+ALLOWED = ["cat", "ls", "grep", "echo", "true"]
+OPERATORS = [";", "&&", "||", "|", "&", "\n", " ; ", " && ", " | ", "|&"]
+simple = st.builds(
+    lambda name, args: " ".join([name, *(shlex.quote(a) for a in args)]),
+    st.sampled_from(ALLOWED),
+    st.lists(st.text(max_size=8), max_size=3),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(simple, min_size=2, max_size=5), st.lists(st.sampled_from(OPERATORS), min_size=4, max_size=4))
+def test_allowed_commands_joined_by_operators(commands: list[str], operators: list[str]) -> None:
+    text = commands[0] + "".join(op + cmd for op, cmd in zip(operators, commands[1:], strict=False))
+    assert check_command(text, CHAINED).allowed
+    refused = check_command(text, SINGLE)
+    assert not refused.allowed
+    used = {"newline" if op == "\n" else op.strip() for op in operators[: len(commands) - 1]}
+    assert refused.rule.removeprefix("allow_operators: ") in used
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(simple, min_size=1, max_size=4),
+    st.integers(min_value=0, max_value=4),
+    st.sampled_from([*OPERATORS, "$(", "`", "<("]),
+)
+def test_a_disallowed_command_anywhere_is_refused(commands: list[str], where: int, operator: str) -> None:
+    closing = {"$(": ")", "`": "`", "<(": ")"}.get(operator)
+    intruder = "rm -f x"
+    if closing:
+        intruder = f"{operator}{intruder}{closing}"
+        commands.insert(min(where, len(commands)), "echo " + intruder)
+        text = " ; ".join(commands)
+    else:
+        commands.insert(min(where, len(commands)), intruder)
+        text = operator.join(commands)
+    decision = check_command(text, CHAINED)
+    assert not decision.allowed
+    assert "'rm'" in decision.reason
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(ALLOWED), st.lists(st.text(max_size=20), max_size=4))
+def test_quoted_arguments_never_add_commands(name: str, args: list[str]) -> None:
+    text = shlex.join([name, *args])
+    assert check_command(text, SINGLE).allowed
