@@ -1,0 +1,364 @@
+"""Secret masking for commands, command output and audit records.
+
+A :class:`Redactor` replaces secrets with ``[REDACTED:<kind>]`` so a reader still sees
+what kind of value stood there. It knows common formats (private keys, cloud and API
+tokens, passwords in URLs and in ``key=value`` assignments), exact secret values it is
+given, and extra regular expressions. :class:`StreamRedactor` does the same over a
+stream read in chunks, holding back just enough text that a secret split across two
+reads is still masked.
+
+Everything here is pure: no I/O, no logging, and nothing keeps the text it was shown.
+
+Apart from private key blocks, no built-in rule matches across a newline. That is what
+lets the stream cut its input at newlines and still give exactly what :meth:`Redactor.redact`
+gives for the whole text; extra patterns should keep to one line for the same reason.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from remote_bash.errors import ConfigError
+
+__all__ = ["Redactor", "StreamRedactor", "mask"]
+
+
+def mask(kind: str) -> str:
+    """The text that replaces a secret of the given kind."""
+    return f"[REDACTED:{kind}]"
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    kind: str
+    pattern: str
+    """Matches the secret; only the groups named in ``values`` are masked, when there are any."""
+    triggers: tuple[str, ...]
+    """Cheap expressions of which one finds, on the same line, part of every match of ``pattern``.
+
+    Each starts with one plain character, and a rare one where possible:
+    the search then skips through the text in C and only stops at those characters.
+    """
+    values: tuple[str, ...] = ()
+
+
+# Private key blocks: BEGIN to the first END, or to the end of the text when END never comes.
+_PEM_LABEL = r"-----{}[ ](?:[A-Z0-9]{{1,20}}[ ]){{0,3}}PRIVATE[ ]KEY(?:[ ]BLOCK)?-----"
+_PEM_BEGIN = _PEM_LABEL.format("BEGIN")
+_PEM_END = _PEM_LABEL.format("END")
+_PEM_END_MAX = 128
+"""No END marker is longer than this (the stream keeps this much to find a split one)."""
+
+# An assignment: a key ending in a keyword, a separator, then a quoted or bare value.
+# Only the value is masked; a Bearer/Basic scheme word before it is kept.
+_SEP = r"""["']?[ \t]*(?:=>|:=|==|[:=])[ \t]*"""
+_VALUE = (
+    r"""(?:(?i:bearer|basic)[ \t]+)?"""
+    r"""(?:"(?P<v1>(?:[^"\\\n]|\\.)+)"|'(?P<v2>(?:[^'\\\n]|\\.)+)'|["']?(?P<v3>(?![{\[])[^\s"',;&]+))"""
+)
+_ASSIGNED = ("v1", "v2", "v3")
+
+
+def _token(first: str, rest: str, before: str = "A-Za-z0-9") -> str:
+    """A token starting with ``first`` that is not the tail of a longer word.
+
+    The check on the character before comes after ``first`` so that the expression starts
+    with a plain character, which lets the regex engine reject most positions at once.
+    """
+    return f"{first}(?<![{before}]{first}){rest}"
+
+
+def _either_case(first: str, rest: str) -> tuple[str, str]:
+    """Triggers for a keyword anchored at the letter ``first``, in both cases."""
+    return f"{first.lower()}{rest}", f"{first.upper()}{rest}"
+
+
+_RULES: tuple[_Rule, ...] = (
+    _Rule(
+        "private-key",
+        rf"{_PEM_BEGIN}(?s:.*?(?P<pem_end>{_PEM_END})|.*)",
+        (r"Y(?<=PRIVATE KEY)(?: BLOCK)?-----",),
+    ),
+    _Rule(
+        "aws-access-key-id",
+        _token("A", r"(?:KIA|SIA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+        (r"K(?<=AK)IA", r"S(?<=AS)IA"),
+    ),
+    _Rule(
+        "github-token",
+        _token("g", r"(?:h[pousr]_[A-Za-z0-9]{20,}|ithub_pat_[A-Za-z0-9_]{20,})", "A-Za-z0-9_"),
+        (r"g(?:h[pousr]_|ithub_pat_)",),
+    ),
+    _Rule("slack-token", _token("x", r"ox[baprs]-[A-Za-z0-9-]{10,}"), (r"xox[baprs]-",)),
+    _Rule("anthropic-api-key", _token("s", r"k-ant-[A-Za-z0-9_-]{20,}"), (r"k(?<=sk)-",)),
+    _Rule("stripe-key", _token("[sr]", r"k_live_[A-Za-z0-9]{10,}"), (r"k(?<=[sr]k)_live_",)),
+    # OpenAI-style keys: at least one digit, so hyphenated words like sk-learn-... stay.
+    _Rule("openai-api-key", _token("s", r"k-(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{20,}"), (r"k(?<=sk)-",)),
+    _Rule("google-api-key", _token("A", r"Iza[A-Za-z0-9_-]{35}"), (r"z(?<=AIz)a",)),
+    _Rule(
+        "jwt",
+        _token("e", r"yJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*", "A-Za-z0-9_"),
+        (r"J(?<=eyJ)",),
+    ),
+    # A token after "Bearer": it has a digit or is long, so "Bearer authentication" stays.
+    _Rule(
+        "bearer-token",
+        _token(
+            "[Bb]",
+            r"(?i:earer)[ \t]+(?P<v1>(?:(?=[A-Za-z._~+/-]*[0-9])[A-Za-z0-9._~+/-]{8,}"
+            r"|[A-Za-z0-9._~+/-]{20,})=*)",
+        ),
+        _either_case("b", "(?i:earer)"),
+        ("v1",),
+    ),
+    _Rule(
+        "basic-auth",
+        r"""[Aa](?i:uthorization)["']?[ \t]*[:=][ \t]*["']?(?i:basic)[ \t]+(?P<v1>[A-Za-z0-9+/]{4,}={0,2})""",
+        _either_case("z", "(?<=(?i:authoriz))"),
+        ("v1",),
+    ),
+    # scheme://user:PASSWORD@host: the password runs to the last @ before the path.
+    _Rule("url-password", r"""://[^\s:/?#@"'<>]*:(?P<v1>[^\s/?#"'<>]+)(?=@)""", ("@",), ("v1",)),
+    _Rule(
+        "aws-secret-access-key",
+        rf"[Aa](?i:ws_?secret_?access_?key){_SEP}{_VALUE}",
+        _either_case("c", "(?<=(?i:sec))(?i:ret)"),
+        _ASSIGNED,
+    ),
+    # A key ending in the keyword; "/etc/passwd: No such file" is a path, not an assignment.
+    _Rule(
+        "password",
+        rf"[Pp](?<!/[Pp])(?i:ass(?:word|wd)){_SEP}{_VALUE}",
+        _either_case("w", "(?<=(?i:passw))"),
+        _ASSIGNED,
+    ),
+    _Rule(
+        "secret",
+        rf"[Ss](?<!/[Ss])(?i:ecret){_SEP}{_VALUE}",
+        _either_case("c", "(?<=(?i:sec))(?i:ret)"),
+        _ASSIGNED,
+    ),
+    _Rule(
+        "token",
+        rf"[Tt](?<!/[Tt])(?i:oken){_SEP}{_VALUE}",
+        _either_case("k", "(?<=(?i:tok))(?i:en)"),
+        _ASSIGNED,
+    ),
+    _Rule(
+        "api-key",
+        rf"[Aa](?<!/[Aa])(?i:pi[_-]?key){_SEP}{_VALUE}",
+        _either_case("k", "(?:(?<=(?i:api[_-]k))|(?<=(?i:apik)))(?i:ey)"),
+        _ASSIGNED,
+    ),
+)
+_PEM_GROUP = "r0"
+"""The marker group of the private key rule, which stays first in the combined expression."""
+
+_BEGIN_RE = re.compile(_PEM_BEGIN)
+_END_RE = re.compile(_PEM_END)
+
+
+def _first_char(alternative: str) -> str:
+    return alternative[:2] if alternative.startswith("\\") else alternative[:1]
+
+
+def _trigger_expression(alternatives: list[str]) -> str:
+    """Join trigger alternatives, one branch per first character (fewer branches to try)."""
+    by_first: dict[str, list[str]] = {}
+    for alternative in dict.fromkeys(alternatives):
+        first = _first_char(alternative)
+        by_first.setdefault(first, []).append(alternative[len(first) :])
+    return "|".join(
+        f"{first}{rests[0]}" if len(rests) == 1 else f"{first}(?:{'|'.join(rests)})"
+        for first, rests in by_first.items()
+    )
+
+
+class Redactor:
+    """Masks secrets in text.
+
+    ``patterns`` are extra regular expressions (Python syntax) whose every match is
+    masked as ``[REDACTED:custom]``; ``literals`` are exact secret values, masked as
+    ``[REDACTED:known-secret]`` wherever they appear. An invalid pattern raises
+    :class:`~remote_bash.errors.ConfigError`.
+
+    How it stays fast: a trigger expression finds the few lines that could hold a secret
+    (for most text, none), and only those lines go through the combined expression of all
+    rules. Extra ``patterns`` cannot be pre-checked, so each costs a full pass.
+    """
+
+    def __init__(self, patterns: Sequence[str] = (), literals: Sequence[str] = ()) -> None:
+        if isinstance(patterns, str) or isinstance(literals, str):
+            raise TypeError("patterns and literals are sequences of strings, not one string")
+        rules = list(_RULES)
+        known = sorted({lit for lit in literals if lit}, key=len, reverse=True)
+        if known:
+            # Longest first, so a secret that contains another is masked whole.
+            escaped = [re.escape(lit) for lit in known]
+            rules.insert(1, _Rule("known-secret", "|".join(escaped), tuple(escaped)))
+        self._rules = tuple(rules)
+        # A known secret spanning lines defeats the line-by-line search: scan whole texts then.
+        self._whole_text = any("\n" in lit for lit in known)
+        triggers = [trigger for rule in rules for trigger in rule.triggers]
+        # ASCII: keywords match in ASCII case only, in the trigger and in the rules alike.
+        self._trigger = re.compile(_trigger_expression(triggers), re.ASCII)
+        parts = []
+        for index, rule in enumerate(rules):
+            body = rule.pattern.replace("(?P<v", f"(?P<r{index}v")
+            parts.append(f"(?:{body})(?P<r{index}>)")
+        self._combined = re.compile("|".join(parts), re.ASCII)
+        self._custom = tuple(_compile_custom(p) for p in patterns)
+
+    def redact(self, text: str) -> str:
+        """``text`` with every secret replaced by ``[REDACTED:<kind>]``."""
+        return self._redact_custom(self._redact_builtin(text, hold_open_pem=False)[0])
+
+    def stream(self, *, max_line: int = 4096, max_pem: int = 64 * 1024) -> StreamRedactor:
+        """A :class:`StreamRedactor` using these rules."""
+        return StreamRedactor(self, max_line=max_line, max_pem=max_pem)
+
+    def _redact_builtin(self, text: str, *, hold_open_pem: bool) -> tuple[str, int]:
+        """Apply the built-in rules and known secrets to the lines the trigger points at.
+
+        With ``hold_open_pem``, a private key block still open at the end of ``text`` is
+        left out: the result stops where it starts, and its start is returned (else -1).
+        """
+        pieces: list[str] = []
+        done = 0
+        while (hit := self._trigger.search(text, done)) is not None:
+            start = text.rfind("\n", 0, hit.start()) + 1
+            end = text.find("\n", hit.start()) + 1 or len(text)
+            if self._whole_text or text.find("-----BEGIN", start, end) >= 0:
+                # A key block runs over many lines: take the rest of the text in one go.
+                end = len(text)
+            pieces.append(text[done:start])
+            for match in self._combined.finditer(text, start, end):
+                pieces.append(text[start : match.start()])
+                if hold_open_pem and match.lastgroup == _PEM_GROUP and match.group("pem_end") is None:
+                    return "".join(pieces), match.start()
+                pieces.append(self._replace(match))
+                start = match.end()
+            pieces.append(text[start:end])
+            done = end
+        if not pieces:
+            return text, -1
+        pieces.append(text[done:])
+        return "".join(pieces), -1
+
+    def _redact_custom(self, text: str) -> str:
+        for pattern in self._custom:
+            text = pattern.sub(_replace_custom, text)
+        return text
+
+    def _replace(self, match: re.Match[str]) -> str:
+        name = match.lastgroup
+        assert name is not None
+        rule = self._rules[int(name[1:])]
+        for value in rule.values:
+            start, end = match.span(f"{name}{value}")
+            if start >= 0:
+                whole = match.start()
+                text = match.group()
+                return f"{text[: start - whole]}{mask(rule.kind)}{text[end - whole :]}"
+        return mask(rule.kind)
+
+
+def _compile_custom(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ConfigError(f"redaction pattern {pattern!r} is not a valid regular expression: {exc}") from exc
+
+
+def _replace_custom(match: re.Match[str]) -> str:
+    # A pattern that can match nothing (``x*``) would otherwise mask every gap between characters.
+    return mask("custom") if match.group() else ""
+
+
+class _Mode(Enum):
+    NORMAL = "normal"
+    HOLD = "hold"
+    """The buffer starts with a private key block whose END has not come yet."""
+    SWALLOW = "swallow"
+    """The block outgrew ``max_pem``: its mask is out, the rest is dropped up to END."""
+
+
+class StreamRedactor:
+    """Redacts a stream fed in chunks of any size.
+
+    Output is held back to the last newline (at most ``max_line`` characters), and from
+    the start of a private key block until its END (at most ``max_pem`` characters, after
+    which the block's mask is written and the rest of the block is dropped). As long as
+    lines stay under ``max_line``, ``''.join(feed(c) for c in chunks) + flush()`` equals
+    ``redactor.redact(''.join(chunks))`` for any chunking.
+    """
+
+    def __init__(self, redactor: Redactor, *, max_line: int = 4096, max_pem: int = 64 * 1024) -> None:
+        if max_line < 1 or max_pem < 1:
+            raise ValueError("max_line and max_pem must be positive")
+        self._redactor = redactor
+        self._max_line = max_line
+        self._max_pem = max_pem
+        self._buf = ""
+        self._mode = _Mode.NORMAL
+        self._searched = 0
+        """In HOLD: how much of the buffer was already searched for the END marker."""
+
+    def feed(self, chunk: str) -> str:
+        """Take the next chunk; return the redacted text that is safe to release now."""
+        self._buf += chunk
+        if self._mode is _Mode.SWALLOW:
+            end = _END_RE.search(self._buf)
+            if end is None:
+                self._buf = self._buf[-_PEM_END_MAX:]
+                return ""
+            self._buf = self._buf[end.end() :]
+            self._mode = _Mode.NORMAL
+        elif self._mode is _Mode.HOLD:
+            if not self._found_end():
+                return self._check_pem_bound()
+            self._mode = _Mode.NORMAL
+        return self._release()
+
+    def flush(self) -> str:
+        """Release everything held back; the redactor is ready for a new stream afterwards."""
+        held, mode = self._buf, self._mode
+        self._buf, self._mode, self._searched = "", _Mode.NORMAL, 0
+        return "" if mode is _Mode.SWALLOW else self._redactor.redact(held)
+
+    def _release(self) -> str:
+        buf = self._buf
+        cut = buf.rfind("\n") + 1
+        if len(buf) - cut > self._max_line:
+            cut = len(buf) - self._max_line
+        if cut == 0:
+            return ""
+        out, open_at = self._redactor._redact_builtin(buf[:cut], hold_open_pem=True)
+        out = self._redactor._redact_custom(out)
+        if open_at < 0:
+            self._buf = buf[cut:]
+            return out
+        self._buf = buf[open_at:]
+        if _END_RE.search(self._buf) is not None:
+            # END already arrived, after the last newline: wait for the line to end.
+            return out
+        self._mode = _Mode.HOLD
+        self._searched = len(self._buf)
+        return out + self._check_pem_bound()
+
+    def _found_end(self) -> bool:
+        header = _BEGIN_RE.match(self._buf)
+        assert header is not None
+        start = max(header.end(), self._searched - _PEM_END_MAX)
+        self._searched = len(self._buf)
+        return _END_RE.search(self._buf, start) is not None
+
+    def _check_pem_bound(self) -> str:
+        if len(self._buf) <= self._max_pem:
+            return ""
+        self._mode = _Mode.SWALLOW
+        self._buf = self._buf[-_PEM_END_MAX:]
+        return mask("private-key")

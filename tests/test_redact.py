@@ -1,0 +1,338 @@
+"""Secret masking: each built-in rule, known secrets, extra patterns, and the stream."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from remote_bash.errors import ConfigError
+from remote_bash.redact import Redactor, StreamRedactor, mask
+
+PEM_BODY = "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun\nVTLw7onLRnrq0/IzW7yWR7Qk\n"
+
+
+def pem(label: str, body: str = PEM_BODY) -> str:
+    return f"-----BEGIN {label}-----\n{body}-----END {label}-----"
+
+
+GITHUB = "ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+
+CASES = [
+    (
+        "export AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE",
+        "export AWS_ACCESS_KEY_ID=[REDACTED:aws-access-key-id]",
+    ),
+    ("ASIAY34FZKBOKMUTVV7A is temporary", "[REDACTED:aws-access-key-id] is temporary"),
+    (
+        "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "aws_secret_access_key = [REDACTED:aws-secret-access-key]",
+    ),
+    (
+        "AWS_SECRET_ACCESS_KEY='wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY'",
+        "AWS_SECRET_ACCESS_KEY='[REDACTED:aws-secret-access-key]'",
+    ),
+    (
+        "curl -H 'Authorization: Bearer 0123abcdef.ghijk' https://api.example.com",
+        "curl -H 'Authorization: Bearer [REDACTED:bearer-token]' https://api.example.com",
+    ),
+    (f"Bearer {JWT}", "Bearer [REDACTED:bearer-token]"),
+    ("Authorization: Basic dXNlcjpwYXNzd29yZA==", "Authorization: Basic [REDACTED:basic-auth]"),
+    (f"using {GITHUB} now", "using [REDACTED:github-token] now"),
+    ("github_pat_11ABCDEFG0_abcdefghijklmnopqrstuvwxyz012", "[REDACTED:github-token]"),
+    ("gho_16C7e42F292c6912E7710c838347Ae178B4a", "[REDACTED:github-token]"),
+    ("slack xoxb-123456789012-1234567890123-abcdefABCDEF", "slack [REDACTED:slack-token]"),
+    ("key sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123-XYZ_", "key [REDACTED:anthropic-api-key]"),
+    ("OPENAI sk-proj-abc123def456ghi789jkl012mno", "OPENAI [REDACTED:openai-api-key]"),
+    ("sk-abcdefghij0123456789ABCD", "[REDACTED:openai-api-key]"),
+    ("maps AIzaSyD-1234567890abcdefghijklmnopqrstu ok", "maps [REDACTED:google-api-key] ok"),
+    (
+        "stripe sk_live_51Habcdefghijklmn rk_live_0123456789ab",
+        "stripe [REDACTED:stripe-key] [REDACTED:stripe-key]",
+    ),
+    (f"jwt={JWT}", "jwt=[REDACTED:jwt]"),
+    (f"cookie {JWT};", "cookie [REDACTED:jwt];"),
+    (
+        "DATABASE_URL=postgres://admin:s3cr3t@db.example.com:5432/app",
+        "DATABASE_URL=postgres://admin:[REDACTED:url-password]@db.example.com:5432/app",
+    ),
+    ("redis://:p@ss@cache:6379/0", "redis://:[REDACTED:url-password]@cache:6379/0"),
+    ("password=hunter2", "password=[REDACTED:password]"),
+    ("DB_PASSWORD = 'hunter 2'", "DB_PASSWORD = '[REDACTED:password]'"),
+    ("passwd: hunter2", "passwd: [REDACTED:password]"),
+    ('{"password": "a\\"b", "user": "root"}', '{"password": "[REDACTED:password]", "user": "root"}'),
+    ("mysql --password=hunter2 -u root", "mysql --password=[REDACTED:password] -u root"),
+    ("client_secret=abc123&grant=x", "client_secret=[REDACTED:secret]&grant=x"),
+    ("Secret: s3cr3t", "Secret: [REDACTED:secret]"),
+    ("X-Api-Key: 0123456789abcdef", "X-Api-Key: [REDACTED:api-key]"),
+    (
+        "apikey=abc api_key=def API-KEY:ghi",
+        "apikey=[REDACTED:api-key] api_key=[REDACTED:api-key] API-KEY:[REDACTED:api-key]",
+    ),
+    ("access_token=abc.def", "access_token=[REDACTED:token]"),
+    ("token: Bearer abc123", "token: Bearer [REDACTED:token]"),
+    ("SLACK_TOKEN := 'x y'", "SLACK_TOKEN := '[REDACTED:token]'"),
+]
+
+CLEAN = [
+    "max_tokens=1000 input_tokens: 523 output_tokens=12",
+    "cat: /etc/passwd: No such file or directory",
+    "grep root /etc/passwd",
+    "pip install scikit-learn sk-learn-is-a-hyphenated-name",
+    "task-abcdefghijklmnopqrstuvwxyz1 disk-0123456789abcdefghijkl",
+    "https://example.com:8080/path?q=1 http://[::1]:80/",
+    "Bearer authentication is described in RFC 6750",
+    "email me at someone@example.com",
+    "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----",
+    "-----BEGIN PUBLIC KEY-----\nMIIB\n-----END PUBLIC KEY-----",
+    'password:\npassword=\n"password": ""',
+    "THE PASSWORD IS CHANGED",
+    "日本語のテキスト token なし",
+]
+
+
+@pytest.fixture(scope="module")
+def redactor() -> Redactor:
+    return Redactor()
+
+
+@pytest.mark.parametrize(("text", "expected"), CASES)
+def test_builtin_rules(redactor: Redactor, text: str, expected: str) -> None:
+    assert redactor.redact(text) == expected
+
+
+@pytest.mark.parametrize("text", CLEAN)
+def test_clean_text_is_unchanged(redactor: Redactor, text: str) -> None:
+    assert redactor.redact(text) == text
+
+
+@pytest.mark.parametrize(
+    "label",
+    [
+        "PRIVATE KEY",
+        "RSA PRIVATE KEY",
+        "EC PRIVATE KEY",
+        "OPENSSH PRIVATE KEY",
+        "ENCRYPTED PRIVATE KEY",
+        "DSA PRIVATE KEY",
+        "PGP PRIVATE KEY BLOCK",
+    ],
+)
+def test_private_key_blocks(redactor: Redactor, label: str) -> None:
+    text = f"$ cat key\n{pem(label)}\n$ echo done\n"
+    assert redactor.redact(text) == "$ cat key\n[REDACTED:private-key]\n$ echo done\n"
+
+
+def test_unterminated_private_key_masks_to_the_end(redactor: Redactor) -> None:
+    text = "head\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\nmore"
+    assert redactor.redact(text) == "head\n[REDACTED:private-key]"
+
+
+def test_two_private_keys_and_text_between(redactor: Redactor) -> None:
+    text = f"{pem('RSA PRIVATE KEY')} middle {pem('EC PRIVATE KEY')} end"
+    assert redactor.redact(text) == "[REDACTED:private-key] middle [REDACTED:private-key] end"
+
+
+def test_known_secrets_and_extra_patterns() -> None:
+    redactor = Redactor(
+        patterns=[r"corp-\d{6}", r"(?i)internal-[a-z]+"], literals=["hunter2", "hunter2-long", ""]
+    )
+    text = "ids corp-123456 INTERNAL-thing; pw hunter2-long and hunter2 and hunter"
+    assert redactor.redact(text) == (
+        "ids [REDACTED:custom] [REDACTED:custom]; "
+        "pw [REDACTED:known-secret] and [REDACTED:known-secret] and hunter"
+    )
+
+
+def test_known_secret_spanning_lines() -> None:
+    redactor = Redactor(literals=["line one\nline two"])
+    assert redactor.redact("a line one\nline two b\nline one") == "a [REDACTED:known-secret] b\nline one"
+
+
+def test_pattern_matching_nothing_masks_nothing() -> None:
+    assert Redactor(patterns=[r"x*"]).redact("abxxc") == "ab[REDACTED:custom]c"
+
+
+def test_invalid_pattern_names_pattern_and_error() -> None:
+    with pytest.raises(ConfigError) as info:
+        Redactor(patterns=[r"ok", r"bad(["])
+    message = str(info.value)
+    assert "bad([" in message
+    assert "unterminated character set" in message
+
+
+def test_mask_format() -> None:
+    assert mask("jwt") == "[REDACTED:jwt]"
+
+
+# Property tests: texts are built from fragments that sit near the rules' edges.
+
+SECRET_FRAGMENTS = [
+    "AKIAIOSFODNN7EXAMPLE",
+    GITHUB,
+    "xoxb-123456789012-abcdefABCDEF",
+    "sk-ant-api03-abcdefghijklmnopqrstu1",
+    "sk-proj-abc123def456ghi789jkl012",
+    "AIzaSyD-1234567890abcdefghijklmnopqrstu",
+    "sk_live_51Habcdefghij",
+    JWT,
+    "Authorization: Bearer abc123def456",
+    "Authorization: Basic dXNlcjpwYXNz",
+    "https://u:pa55@example.com/x",
+    "password=hunter2",
+    'PASSWORD: "s3cr3t value"',
+    "api_key='k-123'",
+    "client_secret=abc",
+    "token: xyz",
+    "aws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    pem("RSA PRIVATE KEY"),
+    pem("PGP PRIVATE KEY BLOCK", "abc\n"),
+    "-----BEGIN EC PRIVATE KEY-----\n",
+    "-----END EC PRIVATE KEY-----",
+    "corp-123456",
+    "hunter2",
+]
+NOISE_FRAGMENTS = [
+    " ",
+    "\n",
+    "\t",
+    "=",
+    ":",
+    "@",
+    "/",
+    "-",
+    "_",
+    '"',
+    "'",
+    "\\",
+    "word",
+    "INFO",
+    "pass",
+    "token",
+    "Bearer ",
+    "sk-",
+    "eyJ",
+    "://",
+    "PRIVATE KEY-----",
+    "-----BEGIN ",
+    "é",
+    "日本",
+    "\r\n",
+    "A",
+    "k",
+    "Y",
+]
+fragments = st.one_of(
+    st.sampled_from(SECRET_FRAGMENTS), st.sampled_from(NOISE_FRAGMENTS), st.text(max_size=6)
+)
+texts = st.lists(fragments, max_size=30).map("".join)
+REDACTOR = Redactor(patterns=[r"corp-\d{6}"], literals=["hunter2"])
+
+
+def reference(redactor: Redactor, text: str) -> str:
+    """The plain definition: the combined expression over the whole text, no pre-check."""
+    return redactor._redact_custom(redactor._combined.sub(redactor._replace, text))
+
+
+@settings(max_examples=400, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts)
+def test_precheck_never_changes_the_result(text: str) -> None:
+    assert REDACTOR.redact(text) == reference(REDACTOR, text)
+
+
+@settings(max_examples=300, database=None)
+@given(
+    st.lists(fragments, max_size=12).map("".join),
+    st.sampled_from(SECRET_FRAGMENTS[:-6]),
+    st.lists(fragments, max_size=12).map("".join),
+)
+def test_a_secret_between_spaces_never_survives(before: str, secret: str, after: str) -> None:
+    assume(secret not in before and secret not in after)
+    text = f"{before} {secret} {after}"
+    assert secret not in REDACTOR.redact(text)
+
+
+@st.composite
+def chunked(draw: st.DrawFn) -> tuple[str, list[str]]:
+    text = draw(texts)
+    cuts = sorted(draw(st.lists(st.integers(0, len(text)), max_size=12)))
+    bounds = [0, *cuts, len(text)]
+    return text, [text[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+@settings(max_examples=400, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chunked())
+def test_stream_equals_whole_text_for_any_chunking(case: tuple[str, list[str]]) -> None:
+    text, chunks = case
+    stream = REDACTOR.stream()
+    out = "".join(stream.feed(chunk) for chunk in chunks) + stream.flush()
+    assert out == REDACTOR.redact(text)
+
+
+@settings(max_examples=100, database=None)
+@given(chunked())
+def test_stream_with_small_bounds_still_matches(case: tuple[str, list[str]]) -> None:
+    # Lines here stay under 300 characters; 400 keeps every line whole.
+    text, chunks = case
+    if any(len(line) >= 400 for line in text.split("\n")):
+        return
+    stream = StreamRedactor(REDACTOR, max_line=400, max_pem=50_000)
+    out = "".join(stream.feed(chunk) for chunk in chunks) + stream.flush()
+    assert out == REDACTOR.redact(text)
+
+
+def test_stream_releases_complete_lines_and_holds_the_rest(redactor: Redactor) -> None:
+    stream = redactor.stream()
+    assert stream.feed("ok line\npassword=hun") == "ok line\n"
+    assert stream.feed("ter2 more\nnext") == "password=[REDACTED:password] more\n"
+    assert stream.flush() == "next"
+    assert stream.feed("again\n") == "again\n"
+
+
+def test_stream_holds_an_open_key_until_end(redactor: Redactor) -> None:
+    stream = redactor.stream()
+    assert stream.feed("before\n-----BEGIN RSA PRIVATE KEY-----\nAAAA\n") == "before\n"
+    assert stream.feed("BBBB\n-----END RSA PRIV") == ""
+    assert stream.feed("ATE KEY-----\nafter\n") == "[REDACTED:private-key]\nafter\n"
+
+
+def test_stream_key_larger_than_the_bound_is_masked_and_dropped(redactor: Redactor) -> None:
+    body = "".join(f"{i:08d}QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo=\n" for i in range(3000))
+    text = f"start\n{pem('OPENSSH PRIVATE KEY', body)}\nafter password=x\n"
+    stream = redactor.stream(max_pem=16 * 1024)
+    pieces = [stream.feed(text[i : i + 1000]) for i in range(0, len(text), 1000)]
+    out = "".join(pieces) + stream.flush()
+    assert out == "start\n[REDACTED:private-key]\nafter password=[REDACTED:password]\n"
+    assert out == redactor.redact(text)
+    # The mask went out once the bound was passed, long before END arrived.
+    first = next(i for i, piece in enumerate(pieces) if "REDACTED" in piece)
+    assert first * 1000 < 20 * 1024
+
+
+def test_stream_unterminated_key_to_the_end(redactor: Redactor) -> None:
+    stream = redactor.stream(max_pem=1024)
+    out = stream.feed("x\n-----BEGIN EC PRIVATE KEY-----\n") + stream.feed("A" * 5000) + stream.flush()
+    assert out == "x\n[REDACTED:private-key]"
+
+
+def test_stream_line_longer_than_the_bound(redactor: Redactor) -> None:
+    stream = redactor.stream(max_line=100)
+    line = "x" * 1000 + " password=hunter2 " + "y" * 1000
+    out = "".join(stream.feed(line[i : i + 64]) for i in range(0, len(line), 64)) + stream.flush()
+    assert "hunter2" not in out
+    assert len(out) == len(line) - len("hunter2") + len("[REDACTED:password]")
+
+
+def test_stream_rejects_silly_bounds(redactor: Redactor) -> None:
+    with pytest.raises(ValueError, match="positive"):
+        StreamRedactor(redactor, max_line=0)
+
+
+def test_redact_is_linear_on_large_clean_text(redactor: Redactor) -> None:
+    text = "INFO worker: processed job 1234 in 56ms, queue depth 7\n" * 20000
+    assert redactor.redact(text) is text
+    assert re.search("REDACTED", redactor.redact(text + "password=x\n"))
