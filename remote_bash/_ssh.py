@@ -157,7 +157,11 @@ class ShellChannel:
 
     @property
     def exit_status(self) -> int | None:
-        return None if self._chan is None else self._chan.get_exit_status()
+        """The process's exit status; None when it died of a signal or is still running."""
+        if self._chan is None:
+            return None
+        status = self._chan.get_exit_status()
+        return None if status is None or status < 0 else status
 
     @property
     def exit_signal(self) -> str | None:

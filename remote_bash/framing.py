@@ -138,7 +138,7 @@ def _functions(names: ShellNames) -> list[str]:
     return [
         f"{names.before}() {{ unset -f builtin 2>/dev/null; builtin export {CALL_ENV}=$1; _rbi=$1; "
         'case ${_rbf-} in *[xv]*) _rbp="builtin set -${_rbf//[!xv]/}"$\'\\n\';; *) _rbp=;; esac; }',
-        f"{names.after}() {{ _rbs=$?; _rbf=$-; builtin set +xv; builtin unset -v {CALL_ENV} _rbc; "
+        f"{names.after}() {{ _rbs=$?; _rbf=$-; unset -f builtin 2>/dev/null; builtin set +xv; builtin unset -v {CALL_ENV} _rbc; "
         f"builtin printf '\\036RB%s%s:%s\\036' \"$_rbi\" \"$1\" \"$_rbs\" >&{SENTINEL_FD}; }}",
     ]
 
@@ -160,9 +160,9 @@ def init_script(token: CallToken, names: ShellNames, env: dict[str, str], ulimit
     merged = {**NONINTERACTIVE_ENV, **env}
     for key, value in merged.items():
         lines.append(f"builtin export {key}={shell_quote(value)}")
-    for flag, value in ulimits:
-        lines.append(f"builtin ulimit -S -H {flag} {value} 2>/dev/null || builtin printf 'RBERR %s\\n' "
-                     f"{shell_quote(f'ulimit {flag} {value}')}")
+    for flag, limit in ulimits:
+        lines.append(f"builtin ulimit -S -H {flag} {limit} 2>/dev/null || builtin printf 'RBERR %s\\n' "
+                     f"{shell_quote(f'ulimit {flag} {limit}')}")
     if nice is not None:
         lines.append(f"renice -n {nice} -p $$ >/dev/null 2>&1 || builtin printf 'RBERR %s\\n' "
                      f"{shell_quote(f'renice -n {nice}')}")

@@ -68,7 +68,11 @@ class SshdServer:
     def pid(self) -> int:
         return self.process.pid
 
-    def stop(self) -> None:
+    def stop(self, *, connections: bool = True) -> None:
+        """Stop the listener and, unless ``connections`` is False, every connection it serves."""
+        if connections and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGTERM)
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -185,5 +189,6 @@ def _drain_in_background(proc: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(OSError, ValueError):
             while proc.stderr.read1(65536):  # type: ignore[attr-defined]
                 pass
+        proc.stderr.close()
 
     threading.Thread(target=drain, daemon=True, name=f"sshd-log-{proc.pid}").start()

@@ -144,6 +144,10 @@ class RemoteBashSession:
         self.state = SessionState.NEW
         self._credentials = credentials or _default_credentials
         self._audit = audit
+        if redactor is None:
+            from .redact import Redactor as _BuiltinRedactor
+
+            redactor = _BuiltinRedactor(host.redact)
         self._redactor = redactor
         self._gate = gate
         self._kill_grace = kill_grace

@@ -33,6 +33,8 @@ def ensure_test_user() -> str:
 class TestHosts:
     """Starts sshd on 127.0.0.2, 127.0.0.3, ... and hands out Host models for them."""
 
+    __test__ = False  # a helper, not a test class
+
     root: Path
     user: str
     client_key: Path

@@ -1,0 +1,395 @@
+"""The core session against a real OpenSSH sshd on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from remote_bash import (
+    AuthenticationFailed,
+    ConnectionLost,
+    ConnectionRefused,
+    ConnectTimeout,
+    Host,
+    KnownHostsMissing,
+    RemoteBashSession,
+    SessionClosed,
+    UnknownHostKey,
+)
+
+from .sshd import TestHosts, processes_with
+
+
+def marker() -> str:
+    return f"rbmark{uuid.uuid4().hex[:10]}"
+
+
+# -- state and framing ---------------------------------------------------------------------
+
+
+async def test_state_persists_between_calls(session: RemoteBashSession) -> None:
+    await session.run("cd /tmp && export GREETING='hello world' && greet() { echo \"hi $1\"; }")
+    r = await session.run('pwd; echo "$GREETING"; greet you')
+    assert r.output == "/tmp\nhello world\nhi you\n"
+    assert r.exit_code == 0 and r.ok
+
+
+async def test_declare_inside_command_stays_global(session: RemoteBashSession) -> None:
+    await session.run("declare -A colours=([sky]=blue); declare -i n=41")
+    r = await session.run('n+=1; echo "${colours[sky]} $n"')
+    assert r.output == "blue 42\n"
+
+
+@pytest.mark.parametrize("command", ["cat", "read x; echo \"got[$x]\"", "head -c 10", "python3 -c 'import sys; print(len(sys.stdin.read()))'"])
+async def test_commands_reading_stdin_get_eof(session: RemoteBashSession, command: str) -> None:
+    r = await session.run(command, timeout=10)
+    assert not r.timed_out
+    after = await session.run("echo still-here")
+    assert after.output == "still-here\n"
+
+
+async def test_read_gets_eof_not_the_next_command(session: RemoteBashSession) -> None:
+    r = await session.run("read x; echo \"status=$? x=[$x]\"")
+    assert r.output == "status=1 x=[]\n"
+
+
+async def test_output_that_looks_like_sentinels(session: RemoteBashSession) -> None:
+    fake = "printf '\\036RB%s:0\\036\\n' 0123456789abcdef0123456789abcdef; echo __CLAUDE_BASH_DONE_1234__; echo 'RBINFO 1|2|3|4'"
+    r = await session.run(fake)
+    assert "__CLAUDE_BASH_DONE_1234__" in r.output
+    assert "RB0123456789abcdef0123456789abcdef:0" in r.output
+    assert r.exit_code == 0
+    assert (await session.run("echo ok")).output == "ok\n"
+
+
+async def test_output_without_trailing_newline(session: RemoteBashSession) -> None:
+    r = await session.run("printf 'no newline'")
+    assert r.output == "no newline"
+    assert (await session.run("echo next")).output == "next\n"
+
+
+async def test_binary_invalid_utf8_and_nul(session: RemoteBashSession) -> None:
+    r = await session.run("printf 'a\\0b\\377\\376c\\n'; head -c 3000 /dev/urandom")
+    assert r.output.startswith("ab\ufffd\ufffdc\n")
+    assert "\x00" not in r.output
+    assert r.exit_code == 0
+    assert r.output_bytes >= 3006
+
+
+async def test_carriage_return_progress_and_colours(session: RemoteBashSession) -> None:
+    r = await session.run("printf '10%%\\r50%%\\r100%%\\n'; printf '\\033[1;31mred\\033[0m plain\\n'; printf 'a\\r\\n'")
+    assert r.output == "100%\nred plain\na\n"
+
+
+async def test_multibyte_characters_split_across_reads(session: RemoteBashSession) -> None:
+    r = await session.run("for i in $(seq 4000); do printf 'é€😀'; done; echo")
+    assert "\ufffd" not in r.output
+    assert r.output.count("é€😀") == 4000 or r.truncated
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("echo hi # trailing comment", "hi\n"),
+        ("echo 'single \"double\"' \"it's\"", "single \"double\" it's\n"),
+        ("cat <<'EOF'\nline $HOME\nEOF", "line $HOME\n"),
+        ("cat <<EOF\nx\nEOF\n", "x\n"),
+        ("echo 'ünïcødé ✓ 日本'", "ünïcødé ✓ 日本\n"),
+        ("echo a; echo b;", "a\nb\n"),
+        ("echo $'tab\\there'", "tab\there\n"),
+    ],
+)
+async def test_command_text_reaches_bash_intact(session: RemoteBashSession, command: str, expected: str) -> None:
+    r = await session.run(command)
+    assert r.output == expected
+    assert r.exit_code == 0
+
+
+async def test_trailing_ampersand(session: RemoteBashSession) -> None:
+    r = await session.run("sleep 0.2 &")
+    assert r.exit_code == 0
+    r = await session.run("wait; echo waited")
+    assert r.output == "waited\n"
+
+
+async def test_huge_command_text(session: RemoteBashSession) -> None:
+    payload = "x" * 200_000
+    r = await session.run(f"s='{payload}'; echo ${{#s}}", timeout=60)
+    assert r.output == "200000\n"
+
+
+@pytest.mark.parametrize("command", ["echo 'unclosed", "if then fi", "echo $((1 +))", "( echo"])
+async def test_syntax_errors_fail_at_once_and_keep_state(session: RemoteBashSession, command: str) -> None:
+    await session.run("export KEEP=kept; cd /tmp")
+    r = await session.run(command, timeout=10)
+    assert r.exit_code in (1, 2)
+    assert "syntax error" in r.output or "unexpected" in r.output
+    assert not r.shell_lost and not r.timed_out
+    assert r.duration < 5
+    after = await session.run("echo $KEEP; pwd")
+    assert after.output == "kept\n/tmp\n"
+
+
+@pytest.mark.parametrize(
+    ("command", "exit_code"),
+    [("exit 3", 3), ("exec true", 0), ("kill -9 $$", None), ("set -e; false", 1)],
+)
+async def test_shell_death_is_detected_and_replaced(session: RemoteBashSession, command: str,
+                                                     exit_code: int | None) -> None:
+    await session.run("export STATE=old")
+    r = await session.run(command, timeout=60)
+    assert r.shell_lost
+    assert not r.timed_out
+    assert r.duration < 10
+    assert r.exit_code == exit_code
+    after = await session.run("echo \"state=${STATE-gone}\"")
+    assert after.output == "state=gone\n"
+    assert not after.shell_lost
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [
+        "set -u",
+        "set -o pipefail -u",
+        "IFS=:",
+        "IFS=",
+        "PATH=",
+        "printf() { echo HIJACK; }; echo() { command echo HIJACK; }",
+        "eval() { :; }",
+        "builtin() { :; }",
+        "export() { :; }; unset() { :; }; set() { :; }",
+        "shopt -s nullglob extglob failglob",
+        "trap 'true' ERR",
+    ],
+)
+async def test_shell_settings_do_not_break_framing(session: RemoteBashSession, setup: str) -> None:
+    r = await session.run(setup)
+    assert not r.shell_lost
+    r = await session.run("X=1; builtin echo \"v=$X\"")
+    assert r.output == "v=1\n"
+    assert r.exit_code == 0
+    r = await session.run("false")
+    assert r.exit_code == 1 and r.output == ""
+
+
+async def test_set_x_and_set_v_add_no_framing_noise(session: RemoteBashSession) -> None:
+    await session.run("set -x")
+    r = await session.run("echo traced")
+    assert r.output == "++ echo traced\ntraced\n"
+    await session.run("set +x; set -v")
+    r = await session.run("echo verbose")
+    assert "_rb" not in r.output and "RB" not in r.output
+    assert r.output.endswith("verbose\n")
+
+
+async def test_concurrent_runs_do_not_interleave(session: RemoteBashSession) -> None:
+    slow = session.run("echo a1; sleep 0.3; echo a2")
+    fast = session.run("echo b1; echo b2")
+    r1, r2 = await asyncio.gather(slow, fast)
+    assert r1.output == "a1\na2\n"
+    assert r2.output == "b1\nb2\n"
+
+
+# -- timeouts and the remote kill ----------------------------------------------------------
+
+
+async def test_timeout_kills_the_command_tree_and_keeps_the_shell(session: RemoteBashSession, hosts: TestHosts) -> None:
+    mark = marker()
+    await session.run("export KEEP=1; cd /tmp")
+    started = time.monotonic()
+    r = await session.run(
+        f"echo started; bash -c 'sleep 1000 # {mark}-child & bash -c \"sleep 1000 # {mark}-grandchild\" & wait'",
+        timeout=1,
+    )
+    elapsed = time.monotonic() - started
+    assert r.timed_out and r.exit_code is None
+    assert r.output.startswith("started\n")
+    assert elapsed < 6
+    assert r.kill is not None and r.kill.survivors == 0 and not r.kill.shell_replaced
+    assert processes_with(mark, hosts.user) == []
+    after = await session.run("echo $KEEP; pwd")
+    assert after.output == "1\n/tmp\n"
+
+
+async def test_command_ignoring_int_and_term_is_killed(session: RemoteBashSession, hosts: TestHosts) -> None:
+    mark = marker()
+    r = await session.run(f"bash -c \"trap '' INT TERM; sleep 1000 # {mark}\"", timeout=1)
+    assert r.timed_out
+    assert r.kill is not None and "KILL" in r.kill.signals and r.kill.survivors == 0
+    assert not r.kill.shell_replaced
+    assert processes_with(mark, hosts.user) == []
+    assert (await session.run("echo alive")).output == "alive\n"
+
+
+async def test_background_job_of_earlier_command_survives_a_timeout(session: RemoteBashSession,
+                                                                     hosts: TestHosts) -> None:
+    mark = marker()
+    await session.run(f"sleep 1000 & # {mark}\nBG=$!")
+    # sleep's own argv has no marker: find it through the recorded pid instead
+    pid = int((await session.run("echo $BG")).output)
+    r = await session.run("sleep 1000", timeout=1)
+    assert r.timed_out
+    assert (await session.run(f"kill -0 {pid} && echo running")).output == "running\n"
+    await session.run(f"kill {pid}")
+
+
+async def test_stuck_shell_builtin_loop_is_replaced(session: RemoteBashSession) -> None:
+    await session.run("export STATE=old")
+    r = await session.run("while :; do :; done", timeout=1)
+    assert r.timed_out and r.kill is not None and r.kill.shell_replaced
+    after = await session.run("echo \"${STATE-gone}\"")
+    assert after.output == "gone\n"
+
+
+async def test_timeout_is_clamped_to_the_host_maximum(hosts: TestHosts, web1: Host) -> None:
+    host = web1.model_copy(update={"max_timeout": 1.0})
+    async with RemoteBashSession(host, kill_grace=0.3) as s:
+        r = await s.run("sleep 30", timeout=500)
+        assert r.timed_out and r.timeout == 1.0
+
+
+async def test_cancelling_a_run_kills_the_remote_command(session: RemoteBashSession, hosts: TestHosts) -> None:
+    mark = marker()
+    task = asyncio.create_task(session.run(f"bash -c 'sleep 1000 # {mark}'"))
+    for _ in range(100):
+        if processes_with(mark, hosts.user):
+            break
+        await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert processes_with(mark, hosts.user) == []
+    assert (await session.run("echo ok")).output == "ok\n"
+
+
+# -- output bounds --------------------------------------------------------------------------
+
+
+async def test_huge_output_is_bounded_with_head_and_tail(session: RemoteBashSession) -> None:
+    r = await session.run("echo FIRST; head -c 50000000 /dev/zero | tr '\\0' y; echo; echo LAST", timeout=120)
+    assert r.truncated
+    assert r.output.startswith("FIRST\n") and r.output.endswith("LAST\n")
+    assert "bytes cut" in r.output
+    assert len(r.output) < session.host.output_limit + 200
+    assert r.output_bytes == 50_000_000 + len("FIRST\n\nLAST\n")
+
+
+async def test_one_huge_line(session: RemoteBashSession) -> None:
+    r = await session.run("head -c 20000000 /dev/zero | tr '\\0' a", timeout=120)
+    assert r.truncated and r.output_bytes == 20_000_000
+    assert len(r.output) < session.host.output_limit + 200
+
+
+async def test_output_limit_is_configurable(web1: Host) -> None:
+    async with RemoteBashSession(web1.model_copy(update={"output_limit": 1000})) as s:
+        r = await s.run("seq 100000")
+        assert r.truncated and len(r.output) < 1200
+        assert r.output.startswith("1\n2\n") and r.output.endswith("99999\n100000\n")
+
+
+# -- restart, close, connection loss, connect errors ----------------------------------------
+
+
+async def test_restart_gives_a_clean_shell_and_stops_old_processes(session: RemoteBashSession,
+                                                                   hosts: TestHosts) -> None:
+    mark = marker()
+    await session.run(f"cd /tmp; export OLD=1; bash -c 'sleep 1000 # {mark}' &")
+    old_pid = session.info.shell_pid if session.info else 0
+    info = await session.restart()
+    assert info.shell_pid != old_pid
+    r = await session.run("echo \"${OLD-unset}\"; pwd")
+    assert r.output.startswith("unset\n")
+    assert r.output != "unset\n/tmp\n"
+    assert processes_with(mark, hosts.user) == []
+
+
+async def test_closed_session_cannot_be_reused(web1: Host) -> None:
+    s = RemoteBashSession(web1)
+    await s.start()
+    await s.close()
+    with pytest.raises(SessionClosed):
+        await s.run("true")
+
+
+def _session_sshd_pids(server_pid: int) -> list[int]:
+    """The sshd processes serving connections of the listener ``server_pid`` (not the shells)."""
+    out = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,comm="], capture_output=True, text=True, check=True).stdout
+    rows = [line.split(None, 2) for line in out.splitlines()]
+    tree = {server_pid}
+    for _ in range(5):
+        tree |= {int(p) for p, pp, _c in rows if int(pp) in tree}
+    return [int(p) for p, _pp, comm in rows if int(p) in tree and int(p) != server_pid and comm.startswith("sshd")]
+
+
+async def test_connection_loss_mid_command_is_reported_not_retried(hosts: TestHosts) -> None:
+    host = hosts.start("lossy")
+    server = hosts.servers["lossy"]
+    async with RemoteBashSession(host) as s:
+        mark = marker()
+        task = asyncio.create_task(s.run(f"echo begun; touch /tmp/{mark}; sleep 30", timeout=60))
+        for _ in range(100):
+            if Path(f"/tmp/{mark}").exists():
+                break
+            await asyncio.sleep(0.05)
+        started = time.monotonic()
+        for pid in _session_sshd_pids(server.pid):
+            os.kill(pid, signal.SIGKILL)
+        with pytest.raises(ConnectionLost) as err:
+            await task
+        assert time.monotonic() - started < 5
+        assert err.value.host == "lossy"
+        assert "not re-run" in str(err.value)
+        Path(f"/tmp/{mark}").unlink()
+        r = await s.run(f"ls /tmp/{mark} 2>&1; echo reconnected")
+        assert r.output.endswith("reconnected\n")
+        assert "No such file" in r.output  # the command was not run again
+
+
+async def test_connection_refused_is_clear(web1: Host) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.2", 0))
+        port = sock.getsockname()[1]
+    host = web1.model_copy(update={"port": port, "connect_timeout": 5})
+    with pytest.raises(ConnectionRefused) as err:
+        await RemoteBashSession(host).start()
+    assert "refused" in str(err.value) and err.value.host == "web-1"
+
+
+async def test_silent_server_times_out(web1: Host) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.2", 0))
+        sock.listen(1)
+        host = web1.model_copy(update={"port": sock.getsockname()[1], "connect_timeout": 1})
+        started = time.monotonic()
+        with pytest.raises(ConnectTimeout):
+            await RemoteBashSession(host).start()
+        assert time.monotonic() - started < 5
+
+
+async def test_authentication_failure_is_clear(web1: Host, tmp_path: Path) -> None:
+    from remote_bash.sandbox import generate_keypair
+
+    other = generate_keypair(tmp_path / "other")
+    host = web1.model_copy(update={"identity_file": other})
+    with pytest.raises(AuthenticationFailed) as err:
+        await RemoteBashSession(host).start()
+    assert "authentication" in str(err.value)
+
+
+async def test_unknown_host_key_and_missing_known_hosts(web1: Host, tmp_path: Path) -> None:
+    empty = tmp_path / "known_hosts"
+    empty.touch()
+    with pytest.raises(UnknownHostKey) as err:
+        await RemoteBashSession(web1.model_copy(update={"known_hosts": empty})).start()
+    assert "SHA256:" in str(err.value)
+    with pytest.raises(KnownHostsMissing):
+        await RemoteBashSession(web1.model_copy(update={"known_hosts": tmp_path / "nope"})).start()
