@@ -15,6 +15,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -108,6 +109,9 @@ def start_sshd(
 ) -> SshdServer:
     """Start ``sshd -D -e`` on a loopback address and return once it listens.
 
+    Without OpenSSH's sshd, asyncssh's own server runs instead (exec channels only, for the
+    current user), so the sandbox works on a machine with nothing but Python.
+
     ``authorized_keys`` are public key lines accepted for every user in ``users``.
     ``host_key`` reuses an existing host key (to restart "the same" host); a new one is made
     otherwise. Raises ConfigError when sshd is missing or does not come up in time.
@@ -115,8 +119,6 @@ def start_sshd(
     if not ipaddress.ip_address(address).is_loopback:
         raise ConfigError(f"the throwaway sshd only listens on loopback, not {address}")
     sshd = find_sshd()
-    if sshd is None:
-        raise ConfigError("OpenSSH sshd is not installed (apt-get install openssh-server)")
     workdir.mkdir(parents=True, exist_ok=True)
     if host_key is None:
         host_key = generate_keypair(workdir / "ssh_host_ed25519_key", "remote-bash-sandbox-host")
@@ -140,7 +142,12 @@ def start_sshd(
             lines.append("PermitRootLogin prohibit-password")
         config = workdir / f"sshd_config-{chosen}"
         config.write_text("\n".join(lines) + "\n" + shared_sshd_config())
-        proc = subprocess.Popen([sshd, "-D", "-e", "-f", str(config)], stdin=subprocess.DEVNULL,
+        if sshd is not None:
+            argv = [sshd, "-D", "-e", "-f", str(config)]
+        else:
+            # No OpenSSH: asyncssh's own server, running the user's shell for exec requests.
+            argv = [sys.executable, "-m", "remote_bash._ssh", address, str(chosen), str(host_key), str(auth)]
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         ok, log = _wait_listening(proc, deadline)
         if ok:

@@ -1,0 +1,124 @@
+"""Pure framing: the sentinel scanner, the bounded capture and the text cleaning, property-tested."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from remote_bash.framing import (
+    CallToken,
+    FrameScanner,
+    OutputCapture,
+    ShellNames,
+    clean_text,
+    frame_command,
+    render_output,
+    shell_quote,
+)
+
+
+def chunked(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    pieces, last = [], 0
+    for p in points:
+        pieces.append(data[last:p])
+        last = p
+    pieces.append(data[last:])
+    return pieces
+
+
+@settings(max_examples=400)
+@given(before=st.binary(max_size=3000), after=st.binary(max_size=200), status=st.integers(0, 255),
+       cuts=st.lists(st.integers(0, 4000), max_size=12))
+def test_scanner_finds_its_sentinel_in_any_chunking(before: bytes, after: bytes, status: int, cuts: list[int]) -> None:
+    token = CallToken.new()
+    stream = before + token.marker + str(status).encode() + b"\x1e" + after
+    scanner = FrameScanner(token)
+    out, rest, found = b"", b"", None
+    for piece in chunked(stream, cuts):
+        if found is not None:
+            rest += piece
+            continue
+        result = scanner.feed(piece)
+        out += result.data
+        if result.done:
+            found = result.status
+            rest += result.rest
+    assert found == status
+    assert out == before
+    assert rest == after
+
+
+@given(data=st.binary(max_size=5000), cuts=st.lists(st.integers(0, 6000), max_size=12))
+def test_scanner_never_loses_bytes_without_a_sentinel(data: bytes, cuts: list[int]) -> None:
+    token = CallToken.new()
+    scanner = FrameScanner(token)
+    out = b""
+    for piece in chunked(data, cuts):
+        result = scanner.feed(piece)
+        assert not result.done
+        out += result.data
+    assert out + scanner.pending() == data
+
+
+@given(data=st.binary(max_size=2000))
+def test_a_foreign_sentinel_is_just_output(data: bytes) -> None:
+    mine, other = CallToken.new(), CallToken.new()
+    scanner = FrameScanner(mine)
+    fake = data + other.marker + b"0\x1e"
+    result = scanner.feed(fake)
+    assert not result.done
+    assert result.data + scanner.pending() == fake
+
+
+@given(chunks=st.lists(st.binary(max_size=3000), max_size=30), limit=st.integers(1, 2000))
+def test_capture_keeps_head_tail_size_and_hash(chunks: list[bytes], limit: int) -> None:
+    import hashlib
+
+    cap = OutputCapture(limit=limit)
+    for c in chunks:
+        cap.add(c)
+    whole = b"".join(chunks)
+    assert cap.total == len(whole)
+    assert cap.sha256 == hashlib.sha256(whole).hexdigest()
+    assert bytes(cap.head) == whole[:limit]
+    if len(whole) > limit:
+        assert whole.endswith(cap.tail)
+        assert len(cap.tail) == min(limit, len(whole) - limit)
+
+
+@given(text=st.text(max_size=300))
+def test_clean_text_leaves_no_escape_or_control_characters(text: str) -> None:
+    cleaned = clean_text(text)
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", cleaned)
+
+
+@given(data=st.binary(max_size=200_000), limit=st.integers(200, 5000))
+@settings(max_examples=60)
+def test_rendered_output_is_bounded(data: bytes, limit: int) -> None:
+    cap = OutputCapture(limit=limit * 2)
+    cap.add(data)
+    text, truncated = render_output(cap, limit)
+    assert len(text) <= limit + 120
+    if not truncated:
+        assert text == clean_text(data.decode("utf-8", "replace"))
+
+
+@given(command=st.text(max_size=500).filter(lambda s: "\x00" not in s))
+def test_frame_never_contains_the_sentinel(command: str) -> None:
+    token, names = CallToken.new(), ShellNames.new()
+    frame = frame_command(command, token, names)
+    assert token.marker not in frame
+    assert token.nonce.encode() not in frame
+    assert frame.endswith(b"\n")
+
+
+def test_shell_quote_round_trip_in_bash() -> None:
+    import subprocess
+
+    samples = ["", "a b", "it's", "'\"`$(x)`\\", "line1\nline2", "ünï ✓"]
+    for s in samples:
+        out = subprocess.run(["bash", "-c", f"printf %s {shell_quote(s)}"], capture_output=True, check=True).stdout
+        assert out.decode() == s
