@@ -45,6 +45,10 @@ SENTINEL_FD = 19
 SHELL_COMMAND = "exec bash --noprofile --norc 2>&1"
 """What the exec channel runs: a non-login, non-interactive bash with no rc files, stderr merged."""
 
+ABORT_SIGNAL = "USR2"
+"""Sent to the shell itself on a timeout: its trap breaks out of the loop around the ``eval``,
+so the rest of the command text (after ``;`` or a newline) is not run once a part was killed."""
+
 CALL_ENV = "REMOTE_BASH_CALL"
 """Exported while a command runs; every process it starts inherits it, so a kill can find them."""
 
@@ -130,13 +134,14 @@ def frame_command(command: str, token: CallToken, names: ShellNames) -> bytes:
         raise ValueError("the command contains a NUL byte, which bash cannot pass on")
     return (
         f"_rbc={shell_quote(command)};{names.before} {token.call_id};"
-        f'builtin eval "$_rbp$_rbc" </dev/null;{{ {names.after} {token.second};}} 2>/dev/null\n'
+        f'for _rbl in 1;do builtin eval "$_rbp$_rbc" </dev/null;done;{{ {names.after} {token.second};}} 2>/dev/null\n'
     ).encode("utf-8", "surrogateescape")
 
 
 def _functions(names: ShellNames) -> list[str]:
     return [
         f"{names.before}() {{ unset -f builtin 2>/dev/null; builtin export {CALL_ENV}=$1; _rbi=$1; "
+        f"builtin trap 'break 1000 2>/dev/null' {ABORT_SIGNAL}; "
         'case ${_rbf-} in *[xv]*) _rbp="builtin set -${_rbf//[!xv]/}"$\'\\n\';; *) _rbp=;; esac; }',
         f"{names.after}() {{ _rbs=$?; _rbf=$-; unset -f builtin 2>/dev/null; builtin set +xv; builtin unset -v {CALL_ENV} _rbc; "
         f"builtin printf '\\036RB%s%s:%s\\036' \"$_rbi\" \"$1\" \"$_rbs\" >&{SENTINEL_FD}; }}",
@@ -339,7 +344,7 @@ def render_output(capture: OutputCapture, limit: int) -> tuple[str, bool]:
     return f"{head_kept}\n[... {cut:,} bytes cut: the output was {capture.total:,} bytes ...]\n{tail_kept}", True
 
 
-def kill_script(match: str, signal: str, *, also_pid: int | None = None) -> str:
+def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_pid: int | None = None) -> str:
     """A POSIX sh script that signals every process whose environment holds ``match``
     (``NAME=value``), and ``also_pid`` if given, then prints ``RBKILL <count>`` of the
     processes it found. ``signal`` ``0`` only counts.
@@ -352,7 +357,9 @@ def kill_script(match: str, signal: str, *, also_pid: int | None = None) -> str:
     if signal not in ("0", "INT", "TERM", "KILL", "HUP"):
         raise ValueError(f"bad signal {signal!r}")
     extra = f"kill -0 {also_pid} 2>/dev/null && p=\"$p {also_pid}\"\n" if also_pid else ""
+    abort = f"kill -s {ABORT_SIGNAL} {abort_pid} 2>/dev/null\n" if abort_pid else ""
     return (
+        f"{abort}"
         f"p=$(cd /proc 2>/dev/null && grep -lsxzF '{match}' [0-9]*/environ 2>/dev/null | sed 's,/environ,,')\n"
         f"{extra}"
         "set -- $p\n"

@@ -405,15 +405,17 @@ class RemoteBashSession:
         tag = f"{framing.CALL_ENV}={call.token.call_id}"
         sent: list[str] = []
         survivors = 0
+        shell_pid = self.info.shell_pid if self.info else None
         for sig in ("INT", "TERM", "KILL"):
             if shell.closed.is_set():
                 break
-            found = await self._signal(conn, tag, sig)
+            # The first round also tells the shell to abandon the rest of the command text.
+            found = await self._signal(conn, tag, sig, abort_pid=shell_pid if sig == "INT" else None)
             if found == 0 and call.finished:
                 break
             if found:
                 sent.append(sig)
-            await self._wait(call, shell, self._kill_grace if found else 0.05)
+            await self._wait(call, shell, self._kill_grace if found or sig == "INT" else 0.05)
             if call.finished:
                 survivors = await self._signal(conn, tag, "0")
                 if survivors == 0:
@@ -435,8 +437,8 @@ class RemoteBashSession:
                                 strict=False)
         return report
 
-    async def _signal(self, conn: SshConnection, tag: str, sig: str) -> int:
-        _status, out = await conn.run_side(framing.kill_script(tag, sig), timeout=10)
+    async def _signal(self, conn: SshConnection, tag: str, sig: str, abort_pid: int | None = None) -> int:
+        _status, out = await conn.run_side(framing.kill_script(tag, sig, abort_pid=abort_pid), timeout=10)
         for line in out.splitlines():
             if line.startswith("RBKILL "):
                 return int(line.split()[1])

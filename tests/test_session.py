@@ -242,12 +242,31 @@ async def test_background_job_of_earlier_command_survives_a_timeout(session: Rem
     await session.run(f"kill {pid}")
 
 
-async def test_stuck_shell_builtin_loop_is_replaced(session: RemoteBashSession) -> None:
+async def test_builtin_loop_in_the_shell_is_aborted_and_the_shell_kept(session: RemoteBashSession) -> None:
     await session.run("export STATE=old")
     r = await session.run("while :; do :; done", timeout=1)
+    assert r.timed_out and r.kill is not None and not r.kill.shell_replaced
+    after = await session.run("echo \"${STATE-gone}\"")
+    assert after.output == "old\n"
+
+
+async def test_shell_that_ignores_the_abort_is_replaced(session: RemoteBashSession) -> None:
+    await session.run("export STATE=old")
+    r = await session.run("trap '' USR2; while :; do :; done", timeout=1)
     assert r.timed_out and r.kill is not None and r.kill.shell_replaced
     after = await session.run("echo \"${STATE-gone}\"")
     assert after.output == "gone\n"
+
+
+@pytest.mark.parametrize("sep", ["; ", "\n", " || "])
+async def test_rest_of_a_timed_out_command_does_not_run(session: RemoteBashSession, sep: str) -> None:
+    mark = marker()
+    r = await session.run(f"sleep 30{sep}touch /tmp/{mark}", timeout=1)
+    assert r.timed_out
+    assert not Path(f"/tmp/{mark}").exists()
+    loop = await session.run(f"for i in 1 2 3; do sleep 30; done; touch /tmp/{mark}", timeout=1)
+    assert loop.timed_out
+    assert (await session.run(f"ls /tmp/{mark} 2>/dev/null; echo done")).output == "done\n"
 
 
 async def test_timeout_is_clamped_to_the_host_maximum(hosts: TestHosts, web1: Host) -> None:
