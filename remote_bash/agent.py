@@ -1,13 +1,621 @@
-"""The agent loop: the only module that imports anthropic.
+"""The agent loop: Claude works on one host through the bash tool. The only module that imports anthropic.
 
-It also registers :class:`remote_bash.tool.BashTool` with the SDK's tool runner, so a
-``BashTool`` can be passed to ``client.beta.messages.tool_runner(tools=[...])`` directly.
+:func:`run_agent` sends the task, runs every ``tool_use`` block of each reply in order through
+:class:`~remote_bash.tool.BashTool` and answers them all in one user message, until Claude ends
+its turn or a limit (turns, tokens, estimated cost) or Ctrl-C stops it. Every request, reply,
+command and result goes to a JSONL transcript as it happens, so a crash leaves a transcript
+that ``resume=`` can continue from.
+
+This module never re-runs a command and never retries one: transient API errors are retried
+by the SDK alone (``max_retries``), and a command whose result was never recorded is answered
+with an error that says its effect is unknown.
+
+It also registers :class:`BashTool` with the SDK's tool runner, so a ``BashTool`` can be passed
+to ``client.beta.messages.tool_runner(tools=[...])`` directly.
 """
 
 from __future__ import annotations
 
-from anthropic.lib.tools import BetaAsyncBuiltinFunctionTool
+import asyncio
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, cast
 
-from .tool import BashTool
+import anthropic
+from anthropic.lib.tools import BetaAsyncBuiltinFunctionTool
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import RemoteBashError
+from .models import CommandResult
+from .session import RemoteBashSession
+from .tool import TOOL_NAME, TOOL_TYPE, BashTool
+
+__all__ = [
+    "AgentConfig",
+    "AgentError",
+    "AgentEvent",
+    "AgentOutcome",
+    "TokenUsage",
+    "estimate_cost",
+    "run_agent",
+]
 
 BetaAsyncBuiltinFunctionTool.register(BashTool)
+
+DEFAULT_MODEL = "claude-sonnet-5"
+TOOLS: list[dict[str, Any]] = [{"type": TOOL_TYPE, "name": TOOL_NAME}]
+
+# USD per million tokens (input, output), matched in order against the model id. Cache writes
+# are billed at 1.25x the input price and cache reads at 0.1x. List prices copied by hand: the
+# cost is an estimate for budgets, the invoice is the authority. An unknown model is priced as
+# the dearest family, so a budget errs on the side of stopping early.
+_PRICES: tuple[tuple[str, float, float], ...] = (
+    ("fable", 10.0, 50.0),
+    ("mythos", 10.0, 50.0),
+    ("claude-3-opus", 15.0, 75.0),
+    ("opus-4-0", 15.0, 75.0),
+    ("opus-4-1", 15.0, 75.0),
+    ("opus-4-2025", 15.0, 75.0),
+    ("opus", 5.0, 25.0),
+    ("sonnet", 3.0, 15.0),
+    ("claude-3-haiku", 0.25, 1.25),
+    ("3-5-haiku", 0.8, 4.0),
+    ("haiku", 1.0, 5.0),
+)
+_FALLBACK_PRICE = (10.0, 50.0)
+
+
+class AgentError(RemoteBashError):
+    """The agent run could not go on (the API refused a request, a transcript is unusable).
+
+    ``transcript`` is the transcript written so far, when there is one.
+    """
+
+    def __init__(self, message: str, *, host: str | None = None, transcript: Path | None = None) -> None:
+        super().__init__(message, host=host)
+        self.transcript = transcript
+
+
+def _default_model() -> str:
+    return os.environ.get("REMOTE_BASH_MODEL") or DEFAULT_MODEL
+
+
+class AgentConfig(BaseModel):
+    """How an agent run talks to Claude and when it stops."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(default_factory=_default_model, min_length=1)
+    """The Claude model id; ``REMOTE_BASH_MODEL`` overrides the built-in default."""
+    max_tokens: int = Field(default=8192, ge=1)
+    """Largest reply Claude may write in one turn, in tokens."""
+    max_turns: int = Field(default=50, ge=1)
+    """Most requests to Claude in one run; the run stops after the tools of the last one ran."""
+    token_budget: int | None = Field(default=None, ge=1)
+    """Most tokens (input, cached input and output, summed over turns) one run may use."""
+    cost_budget_usd: float | None = Field(default=None, gt=0)
+    """Most estimated US dollars one run may spend (list prices; see ``estimate_cost``)."""
+    system_extra: str | None = None
+    """Extra instructions appended to the system prompt (house rules, context about the host)."""
+    transcript: Path | None = None
+    """The JSONL transcript file; ``None`` means one under ``$XDG_STATE_HOME/remote_bash/transcripts``."""
+    max_retries: int = Field(default=4, ge=0)
+    """Retries the SDK makes, with its own backoff, on 429, 5xx, overload and connection errors
+    (only for the client ``run_agent`` creates itself)."""
+
+
+class TokenUsage(BaseModel):
+    """Tokens used, summed over the turns of a run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_tokens: int = 0
+    """Input tokens billed at the full price."""
+    output_tokens: int = 0
+    """Tokens Claude wrote."""
+    cache_read_input_tokens: int = 0
+    """Input tokens read from the prompt cache."""
+    cache_creation_input_tokens: int = 0
+    """Input tokens written to the prompt cache."""
+
+    @property
+    def total(self) -> int:
+        """Every token counted against ``token_budget``."""
+        return (self.input_tokens + self.output_tokens + self.cache_read_input_tokens
+                + self.cache_creation_input_tokens)
+
+    def add(self, usage: Any) -> None:
+        """Add the ``usage`` of one reply (an SDK object or a dict)."""
+        for name in type(self).model_fields:
+            value = usage.get(name) if isinstance(usage, dict) else getattr(usage, name, None)
+            setattr(self, name, getattr(self, name) + (value or 0))
+
+
+def estimate_cost(model: str, usage: TokenUsage) -> float:
+    """An estimate of what ``usage`` costs on ``model``, in US dollars, from a small list-price table."""
+    price_in, price_out = next(((i, o) for key, i, o in _PRICES if key in model), _FALLBACK_PRICE)
+    return (usage.input_tokens * price_in + usage.cache_creation_input_tokens * price_in * 1.25
+            + usage.cache_read_input_tokens * price_in * 0.1 + usage.output_tokens * price_out) / 1e6
+
+
+EventKind = Literal["text", "command", "output", "result", "usage", "stop", "error"]
+
+
+@dataclass(frozen=True)
+class AgentEvent:
+    """Something a front end may show as it happens.
+
+    ``text``: a piece of Claude's reply; ``command``: a command about to run (``command`` is
+    ``None`` for a restart); ``output``: a piece of its output; ``result``: its end (``text`` is
+    the tool_result sent back); ``usage``: the totals after a reply; ``stop``: the run ended
+    (``text`` says why); ``error``: the run failed (``text`` says why).
+    """
+
+    kind: EventKind
+    text: str = ""
+    tool_use_id: str | None = None
+    command: str | None = None
+    is_error: bool = False
+    exit_code: int | None = None
+    duration: float | None = None
+    usage: TokenUsage | None = None
+    cost_usd: float | None = None
+
+
+StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "refusal", "pause_turn", "max_turns",
+                     "token_budget", "cost_budget", "interrupted", "other"]
+
+
+class AgentOutcome(BaseModel):
+    """How an agent run ended."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stop_reason: StopReason
+    """Claude's own stop reason (``end_turn``, ``max_tokens``, ...), or the limit that stopped the run
+    (``max_turns``, ``token_budget``, ``cost_budget``), or ``interrupted`` (Ctrl-C, cancelled)."""
+    message: str
+    """One sentence saying why the run stopped."""
+    turns: int
+    """Requests made to Claude in this run."""
+    usage: TokenUsage
+    """Tokens used in this run."""
+    cost_usd: float
+    """Estimated cost of this run in US dollars (list prices; not an invoice)."""
+    transcript: Path
+    """The JSONL transcript; pass it as ``resume=`` to continue."""
+    final_text: str
+    """The text of Claude's last reply."""
+
+
+class _Transcript:
+    """Append-only JSONL, one flushed line per event.
+
+    Written synchronously on purpose: appending a line to a local file takes microseconds, and a
+    write handed to a thread could itself be cancelled by the Ctrl-C it is meant to record.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # The transcript holds command output: readable by its owner only.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._fh = os.fdopen(fd, "a", encoding="utf-8")
+
+    def write(self, kind: str, **fields: Any) -> None:
+        record = {"type": kind, "time": _now(), **fields}
+        self._fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+class _Watched:
+    """Passes every call through to the session and keeps the last CommandResult, for the events."""
+
+    def __init__(self, session: RemoteBashSession) -> None:
+        self._session = session
+        self.last: CommandResult | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+    async def run(self, *args: Any, **kwargs: Any) -> CommandResult:
+        self.last = None
+        self.last = await self._session.run(*args, **kwargs)
+        return self.last
+
+
+async def run_agent(
+    task: str,
+    session: RemoteBashSession,
+    config: AgentConfig,
+    *,
+    client: anthropic.AsyncAnthropic | None = None,
+    on_event: Callable[[AgentEvent], None] | None = None,
+    resume: Path | None = None,
+) -> AgentOutcome:
+    """Have Claude carry out ``task`` on the session's host; see the module docstring.
+
+    With ``resume``, the conversation is rebuilt from that transcript and continued (``task``,
+    when not empty, is added as a new instruction). Limits count this run only. Raises
+    :class:`AgentError` when the API refuses a request for good; Ctrl-C returns an outcome
+    whose ``stop_reason`` is ``interrupted``.
+    """
+    if resume is None and not task.strip():
+        raise AgentError("the task is empty: say what Claude should do on the host")
+    if client is not None:
+        return await _run(task, session, config, client, on_event, resume)
+    # The client reads ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL; it is closed with the run.
+    try:
+        own = anthropic.AsyncAnthropic(max_retries=config.max_retries)
+    except anthropic.CredentialsError as exc:
+        raise AgentError(f"no usable Anthropic API credentials ({exc}); set ANTHROPIC_API_KEY") from exc
+    async with own:
+        if not (own.api_key or own.auth_token or getattr(own, "credentials", None)):
+            raise AgentError("no Anthropic API credentials: set ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL "
+                             "for a proxy)")
+        return await _run(task, session, config, own, on_event, resume)
+
+
+async def _run(task: str, session: RemoteBashSession, config: AgentConfig, client: anthropic.AsyncAnthropic,
+               on_event: Callable[[AgentEvent], None] | None, resume: Path | None) -> AgentOutcome:
+    if session.info is None:
+        await session.start()
+    system = _system_blocks(session, config.system_extra)
+    transcript, messages = await asyncio.to_thread(_prepare, task, session, config, system, resume)
+    loop = _Loop(session, config, client, on_event or (lambda event: None), transcript, messages, system)
+    try:
+        return await loop.run()
+    finally:
+        transcript.close()
+
+
+def _prepare(task: str, session: RemoteBashSession, config: AgentConfig, system: list[dict[str, Any]],
+             resume: Path | None) -> tuple[_Transcript, list[dict[str, Any]]]:
+    """Open the transcript and build the first messages: the task, or the resumed conversation."""
+    host = session.host.name
+    if resume is None:
+        transcript = _Transcript(config.transcript or _default_transcript(host))
+        transcript.write("meta", task=task, host=host, model=config.model, started=_now(),
+                         user=session.info.user if session.info else None, system=system, tools=TOOLS)
+        return transcript, [{"role": "user", "content": task}]
+    messages, records = _rebuild(resume, host)
+    path = config.transcript or resume
+    if path.resolve() != resume.resolve():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(resume, path)
+    transcript = _Transcript(path)
+    transcript.write("resume", host=host, model=config.model, started=_now(), task=task or None)
+    _answer_pending(messages, records, transcript)
+    note = task if task.strip() else ""
+    if not note and messages[-1]["role"] == "assistant":
+        note = "The run was resumed. Carry on with the task if it is not finished; otherwise summarize."
+    if note:
+        _add_user(messages, [{"type": "text", "text": note}])
+        transcript.write("user", content=[{"type": "text", "text": note}])
+    return transcript, messages
+
+
+class _Loop:
+    """One run: request, run the tools, answer, until a stop."""
+
+    def __init__(self, session: RemoteBashSession, config: AgentConfig, client: anthropic.AsyncAnthropic,
+                 emit: Callable[[AgentEvent], None], transcript: _Transcript, messages: list[dict[str, Any]],
+                 system: list[dict[str, Any]]) -> None:
+        self.config = config
+        self.client = client
+        self.emit = emit
+        self.transcript = transcript
+        self.messages = messages
+        self.system = system
+        self.usage = TokenUsage()
+        self.turns = 0
+        self.final_text = ""
+        self.current_id: str | None = None
+        self.watched = _Watched(session)
+        self.tool = BashTool(cast(RemoteBashSession, self.watched), on_output=self._on_output)
+
+    def _on_output(self, chunk: str) -> None:
+        self.emit(AgentEvent("output", text=chunk, tool_use_id=self.current_id))
+
+    @property
+    def cost(self) -> float:
+        return estimate_cost(self.config.model, self.usage)
+
+    async def run(self) -> AgentOutcome:
+        try:
+            while True:
+                limit = self._limit_reached()
+                if limit is not None:
+                    return self._stop(*limit)
+                message = await self._request()
+                content = message["content"]
+                self.final_text = "".join(b.get("text", "") for b in content if b.get("type") == "text")
+                uses = [b for b in content if b.get("type") == "tool_use"]
+                stop_reason = message.get("stop_reason")
+                if stop_reason != "tool_use" or not uses:
+                    return self._stop(*_claude_stop(stop_reason))
+                results = [await self._run_tool(block) for block in uses]
+                self.transcript.write("tool_results", content=results)
+                _add_user(self.messages, results)
+        except (asyncio.CancelledError, KeyboardInterrupt) as exc:
+            # Ctrl-C: session.run has already killed the remote command. Record the stop and
+            # report it as an outcome, taking the cancellation back so the task's count stays right.
+            task = asyncio.current_task()
+            if isinstance(exc, asyncio.CancelledError) and task is not None:
+                task.uncancel()
+            return self._stop("interrupted", "interrupted (Ctrl-C); any running command was killed")
+
+    def _limit_reached(self) -> tuple[StopReason, str] | None:
+        if self.turns >= self.config.max_turns:
+            return "max_turns", f"stopped after {self.turns} turns (max_turns)"
+        budget = self.config.token_budget
+        if budget is not None and self.usage.total >= budget:
+            return "token_budget", f"stopped: {self.usage.total:,} tokens used, budget {budget:,}"
+        cost_budget = self.config.cost_budget_usd
+        if cost_budget is not None and self.cost >= cost_budget:
+            return ("cost_budget",
+                    f"stopped: about ${self.cost:.4f} spent (estimate), budget ${cost_budget:.4f}")
+        return None
+
+    def _stop(self, reason: StopReason, why: str) -> AgentOutcome:
+        outcome = AgentOutcome(stop_reason=reason, message=why, turns=self.turns, usage=self.usage,
+                               cost_usd=self.cost, transcript=self.transcript.path,
+                               final_text=self.final_text)
+        self.transcript.write("stop", stop_reason=reason, message=why, turns=self.turns,
+                              usage=self.usage.model_dump(), cost_usd=round(self.cost, 6))
+        self.emit(AgentEvent("stop", text=why, usage=self.usage, cost_usd=self.cost))
+        return outcome
+
+    async def _request(self) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "model": self.config.model,
+            "max_tokens": self.config.max_tokens,
+            "system": self.system,
+            "tools": TOOLS,
+            "messages": _with_cache_breakpoint(self.messages),
+        }
+        self.turns += 1
+        self.transcript.write("request", turn=self.turns, model=self.config.model,
+                              max_tokens=self.config.max_tokens, messages=len(self.messages))
+        try:
+            async with self.client.messages.stream(**params) as stream:
+                async for event in stream:
+                    if event.type == "text":
+                        self.emit(AgentEvent("text", text=event.text))
+                reply = await stream.get_final_message()
+        except anthropic.APIError as exc:
+            error = AgentError(_api_error_text(exc, self.config, self.transcript.path),
+                               transcript=self.transcript.path)
+            self.transcript.write("error", turn=self.turns, error=error.message,
+                                  status=getattr(exc, "status_code", None))
+            self.emit(AgentEvent("error", text=error.message))
+            raise error from exc
+        message = reply.model_dump(mode="json", exclude_none=True)
+        self.transcript.write("response", turn=self.turns, message=message)
+        self.messages.append({"role": "assistant", "content": [_block_param(b) for b in message["content"]]})
+        self.usage.add(reply.usage)
+        self.emit(AgentEvent("usage", usage=self.usage.model_copy(), cost_usd=self.cost))
+        return message
+
+    async def _run_tool(self, block: dict[str, Any]) -> dict[str, Any]:
+        tool_input = block.get("input")
+        command = tool_input.get("command") if isinstance(tool_input, dict) else None
+        self.current_id = block["id"]
+        self.emit(AgentEvent("command", tool_use_id=block["id"],
+                             command=command if isinstance(command, str) else None))
+        started = time.monotonic()
+        self.watched.last = None
+        try:
+            result = await self.tool.handle(block)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            self.transcript.write("command", tool_use_id=block["id"], input=tool_input, interrupted=True,
+                                  duration=round(time.monotonic() - started, 3))
+            raise
+        finally:
+            self.current_id = None
+        duration = time.monotonic() - started
+        ran = self.watched.last
+        exit_code = ran.exit_code if ran is not None else None
+        self.transcript.write("command", tool_use_id=block["id"], name=block.get("name"), input=tool_input,
+                              exit_code=exit_code, timed_out=ran.timed_out if ran is not None else None,
+                              duration=round(duration, 3), result=result)
+        self.emit(AgentEvent("result", text=str(result["content"]), tool_use_id=block["id"],
+                             command=command if isinstance(command, str) else None,
+                             is_error=bool(result["is_error"]), exit_code=exit_code, duration=duration))
+        return result
+
+
+def _system_blocks(session: RemoteBashSession, extra: str | None) -> list[dict[str, Any]]:
+    host = session.host
+    info = session.info
+    user = info.user if info and info.user else host.user or "?"
+    os_name = info.os if info and info.os else "unknown OS"
+    bash = info.bash_version if info and info.bash_version else "unknown"
+    prompt = f"""\
+You are working on a real machine over SSH, through the bash tool.
+
+Host: {host.name} ({host.hostname}), logged in as {user}; {os_name}; bash {bash}.
+Every command runs on that host, in one persistent bash session: the working directory, \
+variables and functions carry over from one command to the next. {{"restart": true}} gives a \
+clean shell.
+
+Rules:
+- Each command must finish within {host.command_timeout:g} s (never more than \
+{host.max_timeout:g} s). One that runs longer is killed with everything it started, and \
+reported as an error. Start long jobs in the background with their output in a file \
+(nohup ... > /tmp/job.log 2>&1 &) and check on them.
+- Output is cut to {host.output_limit:,} characters (the start and the end are kept): narrow \
+it with grep, head, tail or wc.
+- A command policy may refuse a command before it runs; the refusal names the rule. Do not \
+try to get around it: do the work another way, or say what you would need.
+- Nothing can answer a prompt: no editors, pagers, password or confirmation prompts. Use \
+non-interactive forms (-y, --no-pager, PAGER=cat, sudo -n, DEBIAN_FRONTEND=noninteractive).
+- This is a real machine, maybe in production. Look before you change anything, prefer \
+reversible steps, back up a file before you edit it, and do not delete, stop or restart \
+anything the task does not need.
+- When the task is done, or cannot be done, answer without calling the tool: say what you \
+found and what you changed."""
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": prompt}]
+    if extra:
+        blocks.append({"type": "text", "text": extra})
+    blocks[-1] = {**blocks[-1], "cache_control": {"type": "ephemeral"}}
+    return blocks
+
+
+def _with_cache_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages with a cache breakpoint on the last block, so each turn reads the previous
+    turns from the cache; the stored messages stay unmarked."""
+    last = messages[-1]
+    content = last["content"]
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    blocks[-1] = {**blocks[-1], "cache_control": {"type": "ephemeral"}}
+    return [*messages[:-1], {**last, "content": blocks}]
+
+
+_PARAM_KEYS = {
+    "text": ("type", "text"),
+    "tool_use": ("type", "id", "name", "input"),
+    "thinking": ("type", "thinking", "signature"),
+    "redacted_thinking": ("type", "data"),
+}
+
+
+def _block_param(block: dict[str, Any]) -> dict[str, Any]:
+    """A reply's content block as it is sent back in ``messages``."""
+    keys = _PARAM_KEYS.get(block.get("type", ""))
+    if keys is None:
+        return {k: v for k, v in block.items() if k != "parsed_output"}
+    return {k: block[k] for k in keys if k in block}
+
+
+def _add_user(messages: list[dict[str, Any]], blocks: list[dict[str, Any]]) -> None:
+    """Append user content, merged into a trailing user message so roles keep alternating."""
+    if messages and messages[-1]["role"] == "user":
+        content = messages[-1]["content"]
+        head = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+        messages[-1] = {"role": "user", "content": head + blocks}
+    else:
+        messages.append({"role": "user", "content": list(blocks)})
+
+
+def _claude_stop(reason: str | None) -> tuple[StopReason, str]:
+    if reason == "end_turn":
+        return "end_turn", "Claude finished"
+    if reason == "max_tokens":
+        return "max_tokens", "stopped: the reply hit max_tokens and was cut off (raise it, then resume)"
+    if reason in ("stop_sequence", "refusal", "pause_turn"):
+        return cast(StopReason, reason), f"stopped: Claude's reply ended with stop_reason {reason}"
+    return "other", f"stopped: Claude's reply ended with stop_reason {reason!r} and no command to run"
+
+
+def _api_error_text(exc: anthropic.APIError, config: AgentConfig, transcript: Path) -> str:
+    tail = f"The transcript is in {transcript}."
+    if isinstance(exc, anthropic.APIConnectionError):
+        return (f"could not reach the Anthropic API ({exc.message}) after the SDK's retries: check the "
+                f"network or ANTHROPIC_BASE_URL, then resume. {tail}")
+    status = getattr(exc, "status_code", None)
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error") if isinstance(body.get("error"), dict) else body
+    kind = error.get("type", "error") if isinstance(error, dict) else "error"
+    detail = error.get("message", "") if isinstance(error, dict) else ""
+    said = f"{status} {kind}: {detail}" if status and status != 200 else f"{kind}: {detail}"
+    if isinstance(exc, anthropic.AuthenticationError):
+        hint = "check ANTHROPIC_API_KEY"
+    elif isinstance(exc, anthropic.PermissionDeniedError):
+        hint = f"the key may not use model {config.model!r}"
+    elif isinstance(exc, anthropic.NotFoundError):
+        hint = f"check the model id {config.model!r} (REMOTE_BASH_MODEL) and ANTHROPIC_BASE_URL"
+    elif isinstance(exc, anthropic.BadRequestError):
+        hint = "the request was invalid; it will fail again unchanged"
+    elif status == 200 or (isinstance(status, int) and (status == 429 or status >= 500)):
+        hint = "the API stayed busy or failed after the SDK's retries: wait, then resume"
+    else:
+        hint = "see the API's message"
+    return f"the Anthropic API refused the request ({said.rstrip(': ')}); {hint}. {tail}"
+
+
+# -- transcripts ------------------------------------------------------------------------
+
+_NOT_RECORDED = ("Error: the previous agent run stopped before this command's result was recorded: it may "
+                 "not have run, or may have run in part. Its effect on the host is unknown; check before "
+                 "repeating it.")
+_INTERRUPTED = ("Error: the previous agent run was interrupted while this command ran, and the command was "
+                "killed. Its effect on the host is unknown; check before repeating it.")
+
+
+def _rebuild(path: Path, host: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The conversation recorded in a transcript (task, replies, tool results, in order), and its records.
+
+    The tool_use blocks of the last reply may still be unanswered: see ``_answer_pending``."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise AgentError(f"cannot read the transcript {path}: {exc.strerror or exc}") from exc
+    records: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, 1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            if number == len(lines):  # a line cut short by a crash
+                break
+            raise AgentError(f"{path}:{number}: not a JSON line ({exc.msg}); the transcript is damaged",
+                             transcript=path) from exc
+    meta = next((r for r in records if r.get("type") == "meta"), None)
+    if meta is None:
+        raise AgentError(f"{path} has no meta line: it is not a remote_bash transcript")
+    if meta.get("host") != host:
+        raise AgentError(f"{path} is a run on host {meta.get('host')!r}, not {host!r}: resume it on "
+                         "that host", transcript=path)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": meta["task"]}]
+    for record in records:
+        kind = record.get("type")
+        if kind == "response":
+            _answer_pending(messages, records)
+            blocks = [_block_param(b) for b in record["message"]["content"]]
+            messages.append({"role": "assistant", "content": blocks})
+        elif kind in ("tool_results", "user"):
+            _add_user(messages, record["content"])
+    return messages, records
+
+
+def _answer_pending(messages: list[dict[str, Any]], records: list[dict[str, Any]],
+                    transcript: _Transcript | None = None) -> None:
+    """Answer tool_use blocks of the last reply that have no result: with the recorded result of
+    the command when there is one, else with an error. Nothing is re-run."""
+    if not messages or messages[-1]["role"] != "assistant":
+        return
+    uses = [b for b in messages[-1]["content"] if b.get("type") == "tool_use"]
+    if not uses:
+        return
+    commands = {r["tool_use_id"]: r for r in records if r.get("type") == "command"}
+    results = []
+    for block in uses:
+        ran = commands.get(block["id"], {})
+        if isinstance(ran.get("result"), dict):
+            results.append(ran["result"])
+        else:
+            text = _INTERRUPTED if ran.get("interrupted") else _NOT_RECORDED
+            results.append({"type": "tool_result", "tool_use_id": block["id"], "content": text,
+                            "is_error": True})
+    _add_user(messages, results)
+    if transcript is not None:
+        transcript.write("tool_results", content=results, recovered=True)
+
+
+def _default_transcript(host: str) -> Path:
+    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return state / "remote_bash" / "transcripts" / f"{host}-{stamp}-{os.getpid()}.jsonl"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
