@@ -1,0 +1,256 @@
+"""Credentials for a host: the ssh-agent, the identity file, and a secret kept in the OS keyring.
+
+This is the only module that imports :mod:`keyring`. A secret stored under the service
+``remote-bash`` with the host's inventory name as the user name is used as the passphrase of
+the host's identity file, or as the login password when the host has no identity file.
+
+It must never block a connection: every keyring call runs on a daemon thread with a deadline,
+and a keyring that is missing, locked or broken is reported once (one ``WARNING`` on the
+``remote_bash.credentials`` logger) and then left alone, so connections fall back to the agent
+and key files. Secrets are only ever handed to the SSH layer; nothing here writes them anywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from ._ssh import Credentials
+from .errors import CredentialError
+from .models import Host
+
+__all__ = [
+    "KEYRING_TIMEOUT",
+    "SERVICE",
+    "acredentials_for",
+    "aget_secret",
+    "credentials_for",
+    "delete_secret",
+    "get_secret",
+    "key_is_encrypted",
+    "keyring_problem",
+    "reset_keyring_state",
+    "set_secret",
+]
+
+SERVICE = "remote-bash"
+"""The keyring service name secrets are stored under."""
+KEYRING_TIMEOUT = 5.0
+"""Seconds a keyring lookup may take before it is given up (a locked keyring may wait for a prompt)."""
+STORE_TIMEOUT = 30.0
+"""Seconds ``set_secret``/``delete_secret`` wait: a person may be unlocking the keyring."""
+
+_log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+_ADVICE = (
+    "install and configure a keyring backend (for a headless machine: pip install keyrings.alt, "
+    "or set PYTHON_KEYRING_BACKEND to a backend class)"
+)
+
+
+class _State:
+    """The process-wide verdict on the keyring: once it failed, it is not asked again."""
+
+    lock = threading.Lock()
+    problem: str | None = None
+    reported = False
+
+
+def keyring_problem() -> str | None:
+    """Why the keyring was found unusable in this process, or None if it has not failed."""
+    return _State.problem
+
+
+def reset_keyring_state() -> None:
+    """Forget an earlier keyring failure, so the next lookup asks the keyring again."""
+    with _State.lock:
+        _State.problem = None
+        _State.reported = False
+
+
+def _give_up(problem: str) -> None:
+    with _State.lock:
+        if _State.problem is None:
+            _State.problem = problem
+        if _State.reported:
+            return
+        _State.reported = True
+    _log.warning("%s; using ssh-agent and key files only. To use stored secrets, %s", problem, _ADVICE)
+
+
+def _backend_problem() -> str | None:
+    """Load the keyring backend; a sentence when it cannot store anything (runs on a thread)."""
+    import keyring
+    from keyring.backends import chainer, fail
+
+    backend = keyring.get_keyring()
+    if isinstance(backend, fail.Keyring):
+        return "no OS keyring backend is available"
+    if isinstance(backend, chainer.ChainerBackend) and not backend.backends:
+        return "no OS keyring backend is available"
+    return None
+
+
+def _lookup(host_name: str) -> str | None:
+    problem = _backend_problem()
+    if problem:
+        raise CredentialError(problem)
+    import keyring
+
+    secret = keyring.get_password(SERVICE, host_name)
+    return secret or None
+
+
+def _store(host_name: str, secret: str | None) -> None:
+    problem = _backend_problem()
+    if problem:
+        raise CredentialError(f"{problem}, so nothing can be stored; {_ADVICE}", host=host_name)
+    import keyring
+    from keyring.errors import PasswordDeleteError
+
+    if secret is not None:
+        keyring.set_password(SERVICE, host_name, secret)
+        return
+    try:
+        keyring.delete_password(SERVICE, host_name)
+    except PasswordDeleteError as exc:
+        raise CredentialError(f"no secret is stored for {host_name!r}", host=host_name) from exc
+
+
+def _start(fn: Callable[[], _T]) -> concurrent.futures.Future[_T]:
+    """Run ``fn`` on a daemon thread: one stuck on an unlock prompt never holds up exit."""
+    future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+
+    def work() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(fn())
+        except BaseException as exc:  # handed to the waiting caller
+            future.set_exception(exc)
+
+    threading.Thread(target=work, daemon=True, name="remote-bash-keyring").start()
+    return future
+
+
+def _failure(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError | concurrent.futures.TimeoutError):
+        return f"the OS keyring did not answer within {KEYRING_TIMEOUT:g} s (is it locked?)"
+    if isinstance(exc, CredentialError):
+        return exc.message
+    detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return f"the OS keyring failed ({detail})"
+
+
+def get_secret(host_name: str, *, timeout: float = KEYRING_TIMEOUT) -> str | None:
+    """The secret stored for ``host_name``, or None (also when the keyring is unusable: reported once)."""
+    if _State.problem is not None:
+        return None
+    try:
+        return _start(lambda: _lookup(host_name)).result(timeout)
+    except Exception as exc:
+        _give_up(_failure(exc))
+        return None
+
+
+async def aget_secret(host_name: str) -> str | None:
+    """:func:`get_secret` for async code: the event loop is never blocked."""
+    if _State.problem is not None:
+        return None
+    try:
+        lookup = asyncio.wrap_future(_start(lambda: _lookup(host_name)))
+        return await asyncio.wait_for(lookup, KEYRING_TIMEOUT)
+    except Exception as exc:
+        _give_up(_failure(exc))
+        return None
+
+
+def set_secret(host_name: str, secret: str) -> None:
+    """Store ``secret`` for ``host_name``; CredentialError saying what to do when it cannot."""
+    if not secret:
+        raise CredentialError("an empty secret cannot be stored", host=host_name)
+    _wait_store(host_name, secret)
+
+
+def delete_secret(host_name: str) -> None:
+    """Remove the secret of ``host_name``; CredentialError when there is none or the keyring fails."""
+    _wait_store(host_name, None)
+
+
+def _wait_store(host_name: str, secret: str | None) -> None:
+    try:
+        _start(lambda: _store(host_name, secret)).result(STORE_TIMEOUT)
+    except CredentialError:
+        raise
+    except concurrent.futures.TimeoutError as exc:
+        raise CredentialError(
+            f"the OS keyring did not answer within {STORE_TIMEOUT:g} s (is it locked?)", host=host_name
+        ) from exc
+    except Exception as exc:
+        raise CredentialError(f"{_failure(exc)}; {_ADVICE}", host=host_name) from exc
+
+
+def _wants_secret(host: Host) -> bool:
+    """Whether a keyring lookup could help: a password login, or a key that may be encrypted."""
+    if host.credential == "agent":
+        return False
+    if host.identity_file is None:
+        return host.credential in ("auto", "keyring")
+    return key_is_encrypted(host.identity_file) is not False
+
+
+def _assemble(host: Host, secret: str | None) -> Credentials:
+    keys = [host.identity_file] if host.identity_file is not None and host.credential != "agent" else []
+    return Credentials(
+        use_agent=host.credential in ("auto", "agent"),
+        key_files=keys,
+        passphrase=secret if keys else None,
+        password=secret if not keys else None,
+    )
+
+
+def credentials_for(host: Host) -> Credentials:
+    """What to offer ``host``: the agent (``auto``/``agent``), its identity file, a keyring secret."""
+    return _assemble(host, get_secret(host.name) if _wants_secret(host) else None)
+
+
+async def acredentials_for(host: Host) -> Credentials:
+    """:func:`credentials_for` for async code; what sessions take as ``credentials=``."""
+    return _assemble(host, await aget_secret(host.name) if _wants_secret(host) else None)
+
+
+_OPENSSH_MAGIC = b"openssh-key-v1\x00"
+
+
+def key_is_encrypted(path: Path) -> bool | None:
+    """True/False when the private key file's format says; None when unknown or unreadable."""
+    try:
+        text = path.expanduser().read_text("ascii", "replace")[:64 * 1024]
+    except OSError:
+        return None
+    if "-----BEGIN OPENSSH PRIVATE KEY-----" in text:
+        body = text.split("-----BEGIN OPENSSH PRIVATE KEY-----", 1)[1].split("-----END", 1)[0]
+        try:
+            blob = base64.b64decode("".join(body.split()))
+        except (binascii.Error, ValueError):
+            return None
+        if not blob.startswith(_OPENSSH_MAGIC) or len(blob) < len(_OPENSSH_MAGIC) + 4:
+            return None
+        start = len(_OPENSSH_MAGIC) + 4
+        size = int.from_bytes(blob[start - 4 : start], "big")
+        return blob[start : start + size] != b"none"
+    if "-----BEGIN ENCRYPTED PRIVATE KEY-----" in text or "Proc-Type: 4,ENCRYPTED" in text:
+        return True
+    if "PRIVATE KEY-----" in text:
+        return False
+    if text.startswith("PuTTY-User-Key-File"):
+        return "Encryption: none" not in text
+    return None

@@ -1,0 +1,468 @@
+"""The ``remote-bash`` command line, run as a user runs it: a subprocess against real sshd hosts.
+
+Every test gets its own HOME, XDG directories, audit directory and keyring file under tmp_path,
+and an inventory (REMOTE_BASH_INVENTORY) listing the fixture hosts it needs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from keyrings.alt.file import PlaintextKeyring
+
+from remote_bash.models import Host
+
+from .messages_server import MessagesServer, Reply, text, tool_use
+from .sshd import TestHosts, processes_with
+
+CLI = [sys.executable, "-m", "remote_bash.cli"]
+
+
+def base_env(tmp_path: Path) -> dict[str, str]:
+    """A clean environment for the CLI: home, config, state and keyring all under tmp_path."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("ANTHROPIC_", "REMOTE_BASH_", "XDG_", "PYTHON_KEYRING"))}
+    env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), XDG_STATE_HOME=str(home / ".state"),
+               XDG_DATA_HOME=str(home / ".data"), PYTHON_KEYRING_BACKEND="keyrings.alt.file.PlaintextKeyring")
+    return env
+
+
+def host_entry(host: Host, **extra: Any) -> dict[str, Any]:
+    entry: dict[str, Any] = {"hostname": host.hostname, "port": host.port, "user": host.user,
+                             "identity_file": str(host.identity_file), "known_hosts": str(host.known_hosts),
+                             "credential": host.credential}
+    entry.update(extra)
+    return entry
+
+
+def write_inventory(path: Path, hosts: dict[str, dict[str, Any]],
+                    groups: dict[str, Any] | None = None) -> Path:
+    doc: dict[str, Any] = {"hosts": hosts}
+    if groups:
+        doc["groups"] = groups
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def cli(env: dict[str, str], *args: str, stdin: str | None = None, timeout: float = 60,
+        **popen: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], env=env, input=stdin, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL if stdin is None else None, **popen)
+
+
+def audit_records(env: dict[str, str], host: str) -> list[dict[str, Any]]:
+    out = cli(env, "audit", "show", "--json", host)
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+@pytest.fixture(scope="module")
+def pair(hosts: TestHosts) -> tuple[Host, Host]:
+    return hosts.start("cli-a"), hosts.start("cli-b", labels={"role": "db"})
+
+
+@pytest.fixture
+def env(tmp_path: Path, pair: tuple[Host, Host]) -> dict[str, str]:
+    a, b = pair
+    inventory = write_inventory(tmp_path / "hosts.yaml", {
+        "cli-a": host_entry(a, labels={"role": "web"}),
+        "cli-b": host_entry(b, labels={"role": "db"}),
+        "guarded": host_entry(a, policy={"deny": [r"\btouch\b"]}),
+    }, groups={"web": {"hosts": ["cli-a"]}})
+    return {**base_env(tmp_path), "REMOTE_BASH_INVENTORY": str(inventory)}
+
+
+# -- exec ----------------------------------------------------------------------------------------
+
+
+def test_exec_streams_output_and_exits_with_the_command_status(env: dict[str, str]) -> None:
+    out = cli(env, "exec", "cli-a", "--", "echo out; echo err >&2; exit 3")
+    assert out.returncode == 3
+    assert out.stdout == "out\nerr\n"
+    assert out.stderr == ""
+
+    words = cli(env, "exec", "cli-a", "--", "echo", "hello", "world")
+    assert (words.returncode, words.stdout) == (0, "hello world\n")
+
+    as_json = cli(env, "exec", "--json", "cli-b", "--", "printf 'a\\nb\\n'; false")
+    assert as_json.returncode == 1
+    record = json.loads(as_json.stdout)
+    assert (record["host"], record["output"], record["exit_code"]) == ("cli-b", "a\nb\n", 1)
+
+
+def test_exec_timeout_exits_124_and_kills_the_command(env: dict[str, str], hosts: TestHosts) -> None:
+    marker = str(uuid.uuid4().int)[:9]
+    started = time.monotonic()
+    out = cli(env, "exec", "--timeout", "1", "cli-a", "--", f"echo begun; sleep 77.{marker}")
+    assert out.returncode == 124
+    assert time.monotonic() - started < 20
+    assert out.stdout == "begun\n"
+    assert len(out.stderr.splitlines()) == 1
+    assert "did not finish within 1 s" in out.stderr
+    assert processes_with(f"sleep 77.{marker}", hosts.user) == []
+
+
+def test_policy_refusal_exits_126_and_nothing_runs(env: dict[str, str], tmp_path: Path) -> None:
+    marker = Path(f"/tmp/rb-cli-policy-{uuid.uuid4().hex}")
+    out = cli(env, "exec", "guarded", "--", f"touch {marker}")
+    assert out.returncode == 126
+    assert len(out.stderr.splitlines()) == 1
+    assert "touch" in out.stderr
+    assert not marker.exists()
+    events = [r["event"] for r in audit_records(env, "guarded")]
+    assert events == ["policy.denied"]  # no connection, no exec.start
+
+
+def test_unknown_host_is_one_line_exit_127_and_audited(env: dict[str, str]) -> None:
+    out = cli(env, "exec", "no-such-host", "--", "true")
+    assert out.returncode == 127
+    assert out.stdout == ""
+    assert len(out.stderr.splitlines()) == 1
+    assert "no-such-host" in out.stderr
+    assert "not in the inventory" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert [r["event"] for r in audit_records(env, "no-such-host")] == ["host.denied"]
+
+
+def test_exec_never_loads_the_anthropic_sdk(env: dict[str, str]) -> None:
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "remote_bash.cli", "exec", "cli-a", "--",
+                          "echo light"], env=env, capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL)
+    assert out.stdout == "light\n"
+    imported = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if "|" in line}
+    assert "remote_bash.session" in imported
+    assert not {name for name in imported if name.split(".")[0] in ("anthropic", "keyring", "httpx")}
+
+
+def test_exec_needs_a_command_after_the_separator(env: dict[str, str]) -> None:
+    out = cli(env, "exec", "cli-a")
+    assert out.returncode == 2
+    assert "--" in out.stderr
+    assert len(out.stderr.splitlines()) == 1
+
+
+def test_audit_write_failure_runs_nothing(env: dict[str, str]) -> None:
+    """A file-size limit hits the audit log: SIGXFSZ is ignored, so it is an AuditError (125)."""
+    marker = Path(f"/tmp/rb-cli-fsize-{uuid.uuid4().hex}")
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200))
+
+    out = cli(env, "exec", "cli-a", "--", f"touch {marker}", preexec_fn=small_files)
+    assert out.returncode == 125, out.stderr
+    assert "audit log" in out.stderr
+    assert "not run" in out.stderr
+    assert len(out.stderr.splitlines()) == 1
+    assert not marker.exists()
+
+
+def test_ctrl_c_kills_the_remote_command_and_exits_130(env: dict[str, str], hosts: TestHosts) -> None:
+    marker = str(uuid.uuid4().int)[:9]
+    # The second line pushes "started" past what the session holds back to look for its sentinel.
+    command = f"echo started; echo {'.' * 80}; sleep 88.{marker}"
+    proc = subprocess.Popen([*CLI, "exec", "cli-a", "--", command], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "started\n"
+        for _ in range(100):
+            if processes_with(f"sleep 88.{marker}", hosts.user):
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(20) == 130
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert processes_with(f"sleep 88.{marker}", hosts.user) == []
+    ends = [r for r in audit_records(env, "cli-a") if r["event"] == "exec.end" and marker in r["command"]]
+    assert len(ends) == 1
+    assert ends[0]["interrupted"] is True
+
+
+# -- shell ---------------------------------------------------------------------------------------
+
+
+def test_shell_reads_lines_from_stdin(env: dict[str, str]) -> None:
+    script = ("cd /tmp\npwd\nfalse\n\nexport X=kept\necho $X\n:restart\necho ${X:-gone}\npwd\n"
+              ":exit\necho never\n")
+    out = cli(env, "shell", "cli-a", stdin=script)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[:3] == ["/tmp", "kept", "gone"]
+    assert lines[3] != "/tmp"
+    assert "never" not in out.stdout
+    assert "[exit 1]" in out.stderr
+    assert "restarted" in out.stderr
+    commands = [r["command"] for r in audit_records(env, "cli-a") if r["event"] == "exec.start"]
+    assert commands == ["cd /tmp", "pwd", "false", "export X=kept", "echo $X", "echo ${X:-gone}", "pwd"]
+
+
+def test_shell_ends_at_end_of_input_and_refuses_by_policy(env: dict[str, str]) -> None:
+    out = cli(env, "shell", "guarded", stdin="touch /tmp/rb-never\necho fine\n")
+    assert out.returncode == 0
+    assert out.stdout == "fine\n"
+    assert "refused" in out.stderr
+
+
+# -- help, hosts, check -------------------------------------------------------------------------
+
+
+def test_every_command_has_help_with_an_example(env: dict[str, str]) -> None:
+    commands = [[], ["exec"], ["shell"], ["run"], ["hosts"], ["check"], ["credentials"], ["audit"],
+                ["sandbox"], ["fleet"]]
+    procs = [subprocess.Popen([*CLI, *words, "--help"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for words in commands]
+    for words, proc in zip(commands, procs, strict=True):
+        stdout, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 0, (words, stderr)
+        assert "example" in stdout, words
+        assert "remote-bash " in stdout.split("example", 1)[1], words
+        assert "exit status:" in stdout, words
+        assert "127" in stdout, words
+
+
+def test_hosts_table(env: dict[str, str], pair: tuple[Host, Host]) -> None:
+    out = cli(env, "hosts")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "ADDRESS", "USER", "GROUPS", "LABELS"]
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert set(rows) == {"cli-a", "cli-b", "guarded"}
+    assert rows["cli-a"][1:] == [pair[0].address, str(pair[0].user), "web", "role=web"]
+    assert rows["cli-b"][3:] == ["-", "role=db"]
+
+    only = cli(env, "hosts", "--json", "role=db")
+    assert [h["name"] for h in json.loads(only.stdout)] == ["cli-b"]
+
+
+def test_check_reports_each_host_and_fails_for_a_stopped_one(
+    tmp_path: Path, pair: tuple[Host, Host], hosts: TestHosts
+) -> None:
+    down = hosts.start("cli-down")
+    hosts.servers["cli-down"].stop()
+    inventory = write_inventory(tmp_path / "hosts.yaml", {"cli-a": host_entry(pair[0]),
+                                                          "cli-down": host_entry(down)})
+    env = {**base_env(tmp_path), "REMOTE_BASH_INVENTORY": str(inventory)}
+    out = cli(env, "check")
+    assert out.returncode == 1
+    lines = {line.split()[0]: line for line in out.stdout.splitlines()}
+    assert set(lines) == {"cli-a", "cli-down"}
+    assert lines["cli-a"].split()[1] == "ok"
+    assert "bash 5" in lines["cli-a"]
+    assert "SHA256:" in lines["cli-a"]
+    assert lines["cli-down"].split()[1] == "FAILED"
+    assert "ConnectionRefused" in lines["cli-down"]
+
+    report = {r["host"]: r for r in json.loads(cli(env, "check", "--json", "cli-a").stdout)}
+    assert report["cli-a"]["ok"] is True
+    assert report["cli-a"]["user"] == pair[0].user
+
+
+# -- audit -------------------------------------------------------------------------------------
+
+
+def test_audit_show_and_verify_detects_tampering(env: dict[str, str], tmp_path: Path) -> None:
+    audit_dir = tmp_path / "audit"
+    assert cli(env, "--audit-dir", str(audit_dir), "exec", "cli-b", "--", "echo audited-1").returncode == 0
+    assert cli(env, "exec", "--audit-dir", str(audit_dir), "cli-b", "--", "echo audited-2").returncode == 0
+
+    shown = cli(env, "audit", "show", "cli-b", "--audit-dir", str(audit_dir))
+    assert shown.returncode == 0
+    assert "exec.start" in shown.stdout
+    assert "echo audited-2" in shown.stdout
+    assert "exit=0" in shown.stdout
+    records = [json.loads(x) for x in cli(env, "audit", "show", "--json", "cli-b", "--audit-dir",
+                                          str(audit_dir)).stdout.splitlines()]
+    first = records[0]["session_id"]
+    one = cli(env, "audit", "show", "cli-b", "--session", first, "--audit-dir", str(audit_dir))
+    assert "audited-1" in one.stdout
+    assert "audited-2" not in one.stdout
+    later = cli(env, "audit", "show", "cli-b", "--since", "2999-01-01T00:00:00Z",
+                "--audit-dir", str(audit_dir))
+    assert later.stdout == ""
+
+    ok = cli(env, "audit", "verify", "cli-b", "--audit-dir", str(audit_dir))
+    assert ok.returncode == 0
+    assert "intact" in ok.stdout
+
+    log = audit_dir / "cli-b.jsonl"
+    log.write_text(log.read_text().replace("echo audited-1", "echo innocent"))
+    bad = cli(env, "audit", "verify", "cli-b", "--audit-dir", str(audit_dir))
+    assert bad.returncode == 1
+    assert f"{log}:2:" in bad.stdout
+    assert "altered" in bad.stdout
+
+    missing = cli(env, "audit", "verify", "never-used", "--audit-dir", str(audit_dir))
+    assert missing.returncode == 1
+    assert "no audit log" in missing.stderr
+
+
+# -- credentials ---------------------------------------------------------------------------------
+
+
+def test_credentials_set_and_delete(env: dict[str, str]) -> None:
+    keyring = PlaintextKeyring()
+    keyring.file_path = str(Path(env["XDG_DATA_HOME"]) / "python_keyring" / "keyring_pass.cfg")
+    stored = cli(env, "credentials", "set", "cli-a", stdin="pass-phrase-1\n")
+    assert stored.returncode == 0, stored.stderr
+    assert keyring.get_password("remote-bash", "cli-a") == "pass-phrase-1"
+
+    deleted = cli(env, "credentials", "delete", "cli-a")
+    assert deleted.returncode == 0
+    assert keyring.get_password("remote-bash", "cli-a") is None
+    again = cli(env, "credentials", "delete", "cli-a")
+    assert again.returncode == 125
+    assert "no secret is stored" in again.stderr
+
+    typo = cli(env, "credentials", "set", "cli-aa", stdin="x\n")
+    assert typo.returncode == 127
+    assert "cli-a" in typo.stderr
+
+
+# -- run -----------------------------------------------------------------------------------------
+
+
+def test_run_without_an_api_key_says_how_to_set_one(env: dict[str, str]) -> None:
+    out = cli(env, "run", "--host", "cli-a", "tidy up /tmp")
+    assert out.returncode == 2
+    assert out.stdout == ""
+    assert len(out.stderr.splitlines()) == 1
+    assert "ANTHROPIC_API_KEY" in out.stderr
+    assert "remote-bash exec" in out.stderr
+
+
+def test_run_shows_commands_output_and_cost(env: dict[str, str]) -> None:
+    script = [
+        Reply([text("Looking."), tool_use({"command": "seq 1 20; exit 0"}, id="toolu_cli1")]),
+        Reply([text("There are 20 lines.")], usage={"input_tokens": 1000, "output_tokens": 50}),
+    ]
+    with MessagesServer(script) as server:
+        run_env = {**env, "ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "test-key"}
+        out = cli(run_env, "run", "--host", "cli-a", "--model", "claude-sonnet-5", "count lines")
+        as_json = None
+        server.add(Reply([tool_use({"command": "echo json-run"}, id="toolu_cli2")]), Reply([text("done")]))
+        as_json = cli(run_env, "run", "--json", "--host", "cli-a", "again")
+    assert out.returncode == 0, out.stderr
+    assert "Looking." in out.stdout
+    assert "$ seq 1 20; exit 0" in out.stdout
+    assert "  1\n" in out.stdout
+    assert "  6\n" in out.stdout
+    assert "  7\n" not in out.stdout
+    assert "14 more lines" in out.stdout
+    assert "[exit 0," in out.stdout
+    assert "There are 20 lines." in out.stdout
+    assert "estimated cost $" in out.stderr
+    assert "transcript:" in out.stderr
+
+    events = [json.loads(line) for line in as_json.stdout.splitlines()]
+    kinds = [e["event"] for e in events]
+    assert kinds[-1] == "outcome"
+    assert "command" in kinds
+    assert "result" in kinds
+    assert any(e["event"] == "output" and "json-run" in e["text"] for e in events)
+    assert events[-1]["stop_reason"] == "end_turn"
+    ids = [r["tool_use_id"] for r in audit_records(env, "cli-a") if r["event"] == "exec.start"]
+    assert {"toolu_cli1", "toolu_cli2"} <= set(ids)
+
+
+# -- fleet ---------------------------------------------------------------------------------------
+
+
+def test_fleet_exec_recap_json_and_output_dir(env: dict[str, str], tmp_path: Path) -> None:
+    out = cli(env, "fleet", "exec", "cli-a,cli-b", "--", "echo same")
+    assert out.returncode == 0, out.stderr
+    assert "2 hosts" in out.stdout
+    assert "same" in out.stdout
+
+    outdir = tmp_path / "out"
+    as_json = cli(env, "fleet", "exec", "all", "--json", "--output-dir", str(outdir), "--",
+                  "echo x; touch /tmp/y")
+    result = json.loads(as_json.stdout)
+    statuses = {r["host"]: r["status"] for r in result["results"]}
+    assert statuses == {"cli-a": "ok", "cli-b": "ok", "guarded": "refused"}
+    assert as_json.returncode == result["exit_code"] == 1
+    assert sorted(p.name for p in outdir.iterdir()) == ["cli-a.txt", "cli-b.txt", "guarded.txt"]
+
+    allowed = cli(env, "--allow", "cli-b", "fleet", "exec", "cli-a,cli-b", "--json", "--", "true")
+    statuses = {r["host"]: r["status"] for r in json.loads(allowed.stdout)["results"]}
+    assert statuses == {"cli-a": "error", "cli-b": "ok"}
+    assert "host.denied" in [r["event"] for r in audit_records(env, "cli-a")]
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` still runs, after giving it a few seconds to exit."""
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+# -- the sandbox host ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_inventory(tmp_path: Path) -> Iterator[dict[str, str]]:
+    env = base_env(tmp_path)
+    yield env
+    cli(env, "sandbox", "stop")
+
+
+def test_exec_without_inventory_uses_a_sandbox_for_the_command(no_inventory: dict[str, str]) -> None:
+    out = cli(no_inventory, "exec", "--", "echo hi")
+    assert (out.returncode, out.stdout) == (0, "hi\n"), out.stderr
+    status = cli(no_inventory, "sandbox", "status")
+    assert status.returncode == 3
+    assert "not running" in status.stdout  # the throwaway one is gone
+
+
+def test_sandbox_start_status_exec_stop(no_inventory: dict[str, str]) -> None:
+    env = no_inventory
+    started = cli(env, "sandbox", "start")
+    assert started.returncode == 0, started.stderr
+    status = cli(env, "sandbox", "status", "--json")
+    assert status.returncode == 0
+    state = json.loads(status.stdout)
+    assert state["running"] is True
+    assert state["address"] == "127.0.0.1"
+    state_dir = Path(env["XDG_STATE_HOME"]) / "remote-bash" / "sandbox"
+    assert Path(state["known_hosts"]).parent == state_dir
+    assert (state_dir.stat().st_mode & 0o777) == 0o700
+
+    out = cli(env, "exec", "--", "echo hi; whoami")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0] == "hi"
+    starts = [r for r in audit_records(env, "sandbox") if r["event"] == "session.start"]
+    assert starts[-1]["address"] == f"127.0.0.1:{state['port']}"  # the running sandbox was reused
+
+    stopped = cli(env, "sandbox", "stop")
+    assert stopped.returncode == 0
+    assert not pid_alive(state["pid"])
+    assert cli(env, "sandbox", "status").returncode == 3
+
+
+def test_sandbox_without_openssh_uses_the_asyncssh_server(no_inventory: dict[str, str]) -> None:
+    """On a machine without sshd, the sandbox is asyncssh's own server (run as the CLI would run there)."""
+    without_sshd = ("import sys, remote_bash.sandbox as s; s.find_sshd = lambda: None; "
+                    "from remote_bash.cli import main; sys.exit(main(sys.argv[1:]))")
+    out = subprocess.run([sys.executable, "-c", without_sshd, "exec", "--", "echo hi; exit 4"],
+                         env=no_inventory, capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL)
+    assert (out.returncode, out.stdout) == (4, "hi\n"), out.stderr
