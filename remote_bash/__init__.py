@@ -35,10 +35,42 @@ from .errors import (
     SessionError,
     UnknownHostKey,
 )
-from .inventory import Inventory, load_inventory
-from .models import CommandPolicy, CommandResult, Host, KillReport, ResourceLimits
-from .session import RemoteBashSession, RemoteInfo
-from .tool import BashTool
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .inventory import Inventory, load_inventory
+    from .models import CommandPolicy, CommandResult, Host, KillReport, ResourceLimits
+    from .session import RemoteBashSession, RemoteInfo
+    from .tool import BashTool
+
+# Imported on first use, so that `remote-bash --help` does not pay for asyncssh and pydantic.
+_LAZY = {
+    "BashTool": "tool",
+    "CommandPolicy": "models",
+    "CommandResult": "models",
+    "Host": "models",
+    "Inventory": "inventory",
+    "KillReport": "models",
+    "RemoteBashSession": "session",
+    "RemoteInfo": "session",
+    "ResourceLimits": "models",
+    "load_inventory": "inventory",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'remote_bash' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 __version__ = "0.1.0"
 

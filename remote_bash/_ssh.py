@@ -264,7 +264,9 @@ def map_error(exc: BaseException, host: Host, *, during: str = "connecting", che
         )
     if isinstance(exc, asyncssh.HostKeyNotVerifiable):
         return UnknownHostKey(f"host key of {target} could not be verified: {exc}", host=name)
-    if isinstance(exc, TimeoutError):
+    if isinstance(exc, TimeoutError) or (
+        isinstance(exc, asyncssh.ConnectionLost) and "timeout" in str(exc).lower() and during == "connecting"
+    ):
         return ConnectTimeout(
             f"{during} to {target} timed out after {host.connect_timeout:g} s: the host did not answer. "
             "Check that it is up and that no firewall drops SSH",

@@ -48,7 +48,7 @@ __all__ = [
 
 BetaAsyncBuiltinFunctionTool.register(BashTool)
 
-DEFAULT_MODEL = "claude-sonnet-5"
+DEFAULT_MODEL = "claude-sonnet-5-5"
 TOOLS: list[dict[str, Any]] = [{"type": TOOL_TYPE, "name": TOOL_NAME}]
 
 # USD per million tokens (input, output), matched in order against the model id. Cache writes
@@ -104,7 +104,7 @@ class AgentConfig(BaseModel):
     system_extra: str | None = None
     """Extra instructions appended to the system prompt (house rules, context about the host)."""
     transcript: Path | None = None
-    """The JSONL transcript file; ``None`` means one under ``$XDG_STATE_HOME/remote_bash/transcripts``."""
+    """The JSONL transcript file; ``None`` means one under ``$XDG_STATE_HOME/remote-bash/transcripts``."""
     max_retries: int = Field(default=4, ge=0)
     """Retries the SDK makes, with its own backoff, on 429, 5xx, overload and connection errors
     (only for the client ``run_agent`` creates itself)."""
@@ -614,7 +614,7 @@ def _answer_pending(messages: list[dict[str, Any]], records: list[dict[str, Any]
 def _default_transcript(host: str) -> Path:
     state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    return state / "remote_bash" / "transcripts" / f"{host}-{stamp}-{os.getpid()}.jsonl"
+    return state / "remote-bash" / "transcripts" / f"{host}-{stamp}-{os.getpid()}.jsonl"
 
 
 def _now() -> str:

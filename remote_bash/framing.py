@@ -217,10 +217,8 @@ class FrameScanner:
             # Marker followed by garbage: not ours after all, pass it through.
             at = -1
         # Keep back what could be the start of a marker split across chunks.
-        cut = len(buf) - self._keep
-        if cut <= 0:
-            self._carry = buf
-            return ScanResult(b"")
+        # Keep back only what could be the start of a marker: bytes from a \x1e near the end.
+        cut = max(len(buf) - self._keep, 0)
         tail = buf[cut:]
         first = tail.find(b"\x1e")
         if first < 0:

@@ -47,7 +47,7 @@ KILL_GRACE = 1.0
 class AuditSink(Protocol):
     """Where a session writes its audit records (``remote_bash.audit.AuditLog`` fits)."""
 
-    async def awrite(self, host: str, event: str, **fields: Any) -> dict[str, Any]: ...
+    async def awrite(self, host: str, event: str, /, **fields: Any) -> dict[str, Any]: ...
 
 
 class Redactor(Protocol):
@@ -451,7 +451,10 @@ class RemoteBashSession:
         if shell_lost:
             # The sentinel never came: the shell ended (exit, exec, kill -9 $$, set -e) or the
             # connection died. Keep what it printed; never re-run the command.
-            call.capture.add(call.scanner.pending())
+            held = call.scanner.pending()
+            call.capture.add(held)
+            if held and call.on_output is not None and call.decoder is not None:
+                call.on_output(framing.clean_text(call.decoder.decode(held, final=True)))
             await self._settle(shell, conn)
             self._shell = None
             if conn.is_closed or (shell.exit_status is None and shell.exit_signal is None and not

@@ -1,17 +1,28 @@
-"""The public API is exactly what __all__ says."""
+"""The public API is exactly what __all__ says, and every name in it resolves."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import remote_bash
 
 
 def test_all_lists_exactly_the_public_names() -> None:
-    public = {name for name in vars(remote_bash) if not name.startswith("_")} - {"annotations"}
-    modules = {name for name, value in vars(remote_bash).items() if type(value).__name__ == "module"}
+    public = {n for n in dir(remote_bash) if not n.startswith("_")} - {"annotations", "TYPE_CHECKING", "Any"}
+    modules = {n for n in public if type(getattr(remote_bash, n)).__name__ == "module"}
     assert set(remote_bash.__all__) == (public - modules) | {"__version__"}
     assert remote_bash.__all__ == sorted(remote_bash.__all__)
+    for name in remote_bash.__all__:
+        assert getattr(remote_bash, name) is not None
 
 
 def test_the_documented_entry_points_exist() -> None:
     for name in ("Host", "RemoteBashSession", "BashTool", "RemoteBashError", "load_inventory"):
         assert name in remote_bash.__all__
+
+
+def test_importing_the_package_is_light() -> None:
+    code = "import sys, remote_bash; print('asyncssh' in sys.modules, 'anthropic' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
