@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     AccessDenied,
     AuditError,
@@ -35,7 +37,6 @@ from .errors import (
     SessionError,
     UnknownHostKey,
 )
-from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .inventory import Inventory, load_inventory

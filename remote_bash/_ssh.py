@@ -126,6 +126,14 @@ class _ShellSession(asyncssh.SSHClientSession[bytes]):
     def connection_lost(self, exc: Exception | None) -> None:
         self._owner._on_closed(exc)
 
+    # The shell's exit is reported before the channel closes: the channel stays open while a
+    # child of the dead shell still holds its stdout, so waiting for the close could take long.
+    def exit_status_received(self, status: int) -> None:
+        self._owner._on_exited()
+
+    def exit_signal_received(self, signal: str, core_dumped: bool, msg: str, lang: str) -> None:
+        self._owner._on_exited()
+
 
 class ShellChannel:
     """One exec channel running a long-lived process, read through a data callback."""
@@ -133,6 +141,7 @@ class ShellChannel:
     def __init__(self, host: str) -> None:
         self.host = host
         self.closed = asyncio.Event()
+        self.exited = False
         self.close_error: Exception | None = None
         self.on_data: Callable[[bytes], None] = lambda _data: None
         self.on_closed: Callable[[], None] = lambda: None
@@ -144,6 +153,10 @@ class ShellChannel:
     def _on_closed(self, exc: Exception | None) -> None:
         self.close_error = exc
         self.closed.set()
+        self.on_closed()
+
+    def _on_exited(self) -> None:
+        self.exited = True
         self.on_closed()
 
     def write(self, data: bytes) -> None:

@@ -601,10 +601,10 @@ def _cmd_check(ctx: _Context) -> int:
         for r in results:
             if r["ok"]:
                 rows.append((r["host"], "ok", f"{r['user']}@{r['address']}", r["host_key"],
-                             f"{r['os']}, bash {r['bash_version']}", f"{r['duration']:.2f}s"))
+                             f"{r['os']}, bash {r['bash_version']}", _duration(r['duration'])))
             else:
                 rows.append((r["host"], "FAILED", f"{r['error_type']}: {r['error']}", "", "",
-                             f"{r['duration']:.2f}s"))
+                             _duration(r['duration'])))
         width = max(len(r[0]) for r in rows) if rows else 0
         for row in rows:
             _out(f"{row[0].ljust(width)}  {row[1]:<6}  " + "  ".join(c for c in row[2:] if c) + "\n")
@@ -938,7 +938,7 @@ class _AgentView:
     def _result(self, event: Any) -> None:
         if self.hidden:
             self._write(self._style(f"  ... {self.hidden} more lines (in the transcript)", "2") + "\n")
-        took = f"{event.duration:.2f}s" if event.duration is not None else ""
+        took = _duration(event.duration) if event.duration is not None else ""
         if event.exit_code is not None:
             note = f"exit {event.exit_code}, {took}"
         else:
@@ -1168,6 +1168,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = str(exc) if known else f"internal error: {type(exc).__name__}: {exc} (--debug shows where)"
         _err(f"{PROG}: {_one_line(message)}")
         return _exit_code(exc)
+
+
+def _duration(seconds: float) -> str:
+    """1 ms, 250 ms, 1.25 s: what a person reads at a glance."""
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
 if __name__ == "__main__":

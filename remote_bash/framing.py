@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "SENTINEL_FD",
-    "ShellNames",
     "SHELL_COMMAND",
     "CallToken",
     "FrameScanner",
     "OutputCapture",
+    "ShellNames",
     "clean_text",
     "frame_command",
     "init_script",
@@ -132,10 +132,12 @@ def frame_command(command: str, token: CallToken, names: ShellNames) -> bytes:
     """
     if "\x00" in command:
         raise ValueError("the command contains a NUL byte, which bash cannot pass on")
+    if _SURROGATE.search(command):
+        raise ValueError("the command contains a lone surrogate code point, which is not valid text")
     return (
         f"_rbc={shell_quote(command)};{names.before} {token.call_id};"
         f'for _rbl in 1;do builtin eval "$_rbp$_rbc" </dev/null;done;{{ {names.after} {token.second};}} 2>/dev/null\n'
-    ).encode("utf-8", "surrogateescape")
+    ).encode()
 
 
 def _functions(names: ShellNames) -> list[str]:
@@ -143,7 +145,8 @@ def _functions(names: ShellNames) -> list[str]:
         f"{names.before}() {{ unset -f builtin 2>/dev/null; builtin export {CALL_ENV}=$1; _rbi=$1; "
         f"builtin trap 'break 1000 2>/dev/null' {ABORT_SIGNAL}; "
         'case ${_rbf-} in *[xv]*) _rbp="builtin set -${_rbf//[!xv]/}"$\'\\n\';; *) _rbp=;; esac; }',
-        f"{names.after}() {{ _rbs=$?; _rbf=$-; unset -f builtin 2>/dev/null; builtin set +xv; builtin unset -v {CALL_ENV} _rbc; "
+        f"{names.after}() {{ _rbs=$?; _rbf=$-; unset -f builtin 2>/dev/null; builtin set +xv; "
+        f"builtin unset -v {CALL_ENV} _rbc; "
         f"builtin printf '\\036RB%s%s:%s\\036' \"$_rbi\" \"$1\" \"$_rbs\" >&{SENTINEL_FD}; }}",
     ]
 
@@ -279,6 +282,7 @@ _ANSI = re.compile(
     r"|\x1b[@-Z\\-_]"  # two-byte escapes
     r"|\x9b[0-?]*[ -/]*[@-~]"  # 8-bit CSI
 )
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _CR_LINE = re.compile(r"[^\n]*\r(?=[^\n])")
 

@@ -71,9 +71,11 @@ class SshdServer:
 
     def stop(self, *, connections: bool = True) -> None:
         """Stop the listener and, unless ``connections`` is False, every connection it serves."""
-        if connections and self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.process.pid, signal.SIGTERM)
+        if connections:
+            # Each connection is served by a child in a session of its own: signal them all.
+            for pid in _descendants(self.process.pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGTERM)
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -88,6 +90,22 @@ class SshdServer:
 
     def resume(self) -> None:
         os.kill(self.process.pid, signal.SIGCONT)
+
+
+def _descendants(root: int) -> list[int]:
+    """Processes below ``root`` (through /proc), deepest last; [] where /proc is missing."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = entry.read_text()
+            parents[int(entry.parent.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found: list[int] = []
+    frontier = [root]
+    while frontier:
+        children = [pid for pid, parent in parents.items() if parent in frontier]
+        found.extend(children)
+        frontier = children
+    return found
 
 
 def _free_port(address: str) -> int:

@@ -157,6 +157,7 @@ class RemoteBashSession:
         self._call: _Call | None = None
         self._between: bytearray = bytearray()
         self._names = framing.ShellNames.new()
+        self._orphaned = False
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -220,10 +221,12 @@ class RemoteBashSession:
             raise
 
     async def _ensure_shell(self) -> None:
-        if self._shell is not None and not self._shell.closed.is_set():
+        if self._shell is not None and not self._shell.closed.is_set() and not self._shell.exited:
             return
         if self._conn is None or self._conn.is_closed:
             self._conn = await self._connect()
+            if self._orphaned:
+                await self._kill_orphans(self._conn)
         conn = self._conn
         shell = await conn.open_shell(framing.SHELL_COMMAND)
         self._shell = shell
@@ -249,7 +252,7 @@ class RemoteBashSession:
             )
         problems = [line[6:] for line in text.splitlines() if line.startswith("RBERR ")]
         info_line = next((line for line in text.splitlines() if line.startswith("RBINFO ")), "")
-        parts = (info_line[7:].split("|") + ["", "", "", ""])[:4]
+        parts = [*info_line[7:].split("|"), "", "", "", ""][:4]
         self.info = RemoteInfo(
             shell_pid=int(parts[0]) if parts[0].isdigit() else 0,
             bash_version=parts[1],
@@ -394,7 +397,7 @@ class RemoteBashSession:
         """Wait for the sentinel, the shell's end, or the deadline. True unless the deadline passed."""
         if call.done.done():
             return True
-        if shell.closed.is_set():
+        if shell.closed.is_set() or shell.exited:
             call.end()
             return True
         done, _ = await asyncio.wait([call.done], timeout=timeout)
@@ -457,6 +460,13 @@ class RemoteBashSession:
                 call.on_output(framing.clean_text(call.decoder.decode(held, final=True)))
             await self._settle(shell, conn)
             self._shell = None
+            if not conn.is_closed:
+                # The shell is gone, but what it was running may not be (a child holding its
+                # output open): nothing of a dead shell's call may run on unattended.
+                with contextlib.suppress(RemoteBashError):
+                    await conn.run_side(framing.kill_script(f"{framing.CALL_ENV}={call.token.call_id}", "KILL"),
+                                        timeout=5)
+                shell.close()
             if conn.is_closed or (shell.exit_status is None and shell.exit_signal is None and not
                                   (kill and kill.shell_replaced)):
                 text, _ = framing.render_output(call.capture, self.host.output_limit)
@@ -469,6 +479,7 @@ class RemoteBashSession:
                                         duration=round(duration, 6), output_bytes=call.capture.total,
                                         output_sha256=call.capture.sha256, strict=False)
                 self._conn = None
+                self._orphaned = True
                 with contextlib.suppress(Exception):
                     await conn.close()
                 raise ConnectionLost(
@@ -516,6 +527,19 @@ class RemoteBashSession:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(conn.lost.wait(), 2.0)
 
+    async def _kill_orphans(self, conn: SshConnection) -> None:
+        """After a lost connection: stop what the old shell's commands left running."""
+        self._orphaned = False
+        try:
+            _status, out = await conn.run_side(
+                framing.kill_script(f"REMOTE_BASH_SESSION={self.session_id}", "KILL"), timeout=10)
+        except RemoteBashError:
+            return
+        found = next((line.split()[1] for line in out.splitlines() if line.startswith("RBKILL ")), "0")
+        if found != "0":
+            await self._audit_write("exec.kill", reason="left running by a lost connection",
+                                    kill={"signals": ["KILL"], "processes": int(found)}, strict=False)
+
     def _redact(self, text: str) -> str:
         return self._redactor.redact(text) if self._redactor is not None else text
 
@@ -523,6 +547,8 @@ class RemoteBashSession:
         if self._audit is None:
             return
         record = {k: v for k, v in fields.items() if v is not None}
+        if isinstance(record.get("command"), str):
+            record["command"] = self._redact(record["command"])
         record.setdefault("session_id", self.session_id)
         record.setdefault("address", self.host.address)
         record.setdefault("user", self.host.user or (self.info.user if self.info else None))

@@ -11,6 +11,7 @@ this module itself never imports anthropic.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -23,6 +24,7 @@ __all__ = ["BashTool", "ToolCallFailed", "format_result"]
 TOOL_TYPE = "bash_20250124"
 TOOL_NAME = "bash"
 MAX_COMMAND_CHARS = 1_000_000
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class ToolCallFailed(RemoteBashError):
@@ -192,8 +194,11 @@ def _check_input(tool_input: object) -> str | None:
         return "'command' is empty"
     if "\x00" in command:
         return "'command' contains a NUL byte, which bash cannot pass on"
+    if _SURROGATE.search(command):
+        return "'command' contains a lone surrogate code point (not valid UTF-8 text); send plain text"
     if len(command) > MAX_COMMAND_CHARS:
-        return f"'command' is {len(command):,} characters; the limit is {MAX_COMMAND_CHARS:,}. Write long scripts to a file in steps"
+        return (f"'command' is {len(command):,} characters; the limit is {MAX_COMMAND_CHARS:,}. "
+                "Write long scripts to a file in steps")
     return None
 
 

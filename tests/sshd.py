@@ -106,5 +106,5 @@ def make_test_hosts(root: Path) -> TestHosts:
 
 def processes_with(marker: str, user: str) -> list[str]:
     """Command lines of ``user``'s processes that contain ``marker`` (the remote side is local)."""
-    out = subprocess.run(["ps", "-u", user, "-o", "pid=,args="], capture_output=True, text=True, check=False)
+    out = subprocess.run(["ps", "-ww", "-u", user, "-o", "pid=,args="], capture_output=True, text=True, check=False)
     return [line for line in out.stdout.splitlines() if marker in line and "ps -u" not in line]

@@ -375,7 +375,7 @@ async def test_connection_loss_mid_command_is_reported_not_retried(hosts: TestHo
 
 async def test_connection_refused_is_clear(web1: Host) -> None:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.2", 0))
+        sock.bind((web1.hostname, 0))
         port = sock.getsockname()[1]
     host = web1.model_copy(update={"port": port, "connect_timeout": 5})
     with pytest.raises(ConnectionRefused) as err:
@@ -385,7 +385,7 @@ async def test_connection_refused_is_clear(web1: Host) -> None:
 
 async def test_silent_server_times_out(web1: Host) -> None:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.2", 0))
+        sock.bind((web1.hostname, 0))
         sock.listen(1)
         host = web1.model_copy(update={"port": sock.getsockname()[1], "connect_timeout": 1})
         started = time.monotonic()
