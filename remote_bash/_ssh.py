@@ -78,7 +78,7 @@ class _Client(asyncssh.SSHClient):
         check = self._check
         check.seen = key.get_fingerprint("sha256")
         path = check.known_hosts
-        known = asyncssh.read_known_hosts(str(path)) if path.exists() else asyncssh.import_known_hosts("")
+        known = _read_known_hosts(path)
         names = {check.host.hostname, host}
         trusted: list[asyncssh.SSHKey] = []
         for name in names:
@@ -98,6 +98,25 @@ class _Client(asyncssh.SSHClient):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._on_lost(exc)
+
+
+_KNOWN_HOSTS_CACHE: dict[Path, tuple[tuple[int, int], asyncssh.SSHKnownHosts]] = {}
+
+
+def _read_known_hosts(path: Path) -> asyncssh.SSHKnownHosts:
+    """The parsed known_hosts file, re-read only when its size or modification time changes
+    (a fleet connects to many hosts against one file)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return asyncssh.import_known_hosts("")
+    stamp = (st.st_mtime_ns, st.st_size)
+    cached = _KNOWN_HOSTS_CACHE.get(path)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    known = asyncssh.read_known_hosts(str(path))
+    _KNOWN_HOSTS_CACHE[path] = (stamp, known)
+    return known
 
 
 def _append_known_host(path: Path, host: Host, key: asyncssh.SSHKey) -> None:
@@ -211,13 +230,26 @@ class SshConnection:
         """Start ``command`` on a new exec channel without a pty."""
         shell = ShellChannel(self.host.name)
         try:
-            chan, _session = await self._conn.create_session(
+            opening = asyncio.ensure_future(self._conn.create_session(
                 lambda: _ShellSession(shell), command, encoding=None, request_pty=False
-            )
+            ))
+            await self._nudge_until(opening)
+            chan, _session = await opening
         except (asyncssh.Error, OSError) as exc:
             raise map_error(exc, self.host, during="opening the shell channel") from exc
         shell._chan = chan
         return shell
+
+    async def _nudge_until(self, pending: asyncio.Future[Any]) -> None:
+        """Wait for ``pending`` while sending tiny SSH_MSG_DEBUG packets every 2 ms (for 100 ms
+        at most). OpenSSH sets TCP_NODELAY only on sessions with a pty, so its second reply to a
+        channel request waits for our ACK, which the kernel delays by up to 40 ms when we have
+        nothing to send: each packet carries that ACK at once."""
+        for _ in range(50):
+            done, _ = await asyncio.wait([pending], timeout=0.002)
+            if done or self.lost.is_set():
+                return
+            self._conn.send_debug("")
 
     async def run_side(self, command: str, *, timeout: float) -> tuple[int | None, str]:
         """Run a short command on a separate channel (used to kill a runaway command).

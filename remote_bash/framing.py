@@ -32,6 +32,7 @@ __all__ = [
     "OutputCapture",
     "ShellNames",
     "clean_text",
+    "exit_frame",
     "frame_command",
     "init_script",
     "kill_script",
@@ -174,9 +175,11 @@ def init_script(token: CallToken, names: ShellNames, env: dict[str, str], ulimit
     if nice is not None:
         lines.append(f"renice -n {nice} -p $$ >/dev/null 2>&1 || builtin printf 'RBERR %s\\n' "
                      f"{shell_quote(f'renice -n {nice}')}")
+    # Facts without starting a process: the kernel release from /proc where there is one.
+    lines.append("_rbk=; builtin read -r _rbk </proc/sys/kernel/osrelease 2>/dev/null")
     lines.append(
         "builtin printf 'RBINFO %s|%s|%s|%s\\n' \"$$\" \"$BASH_VERSION\" "
-        "\"$(uname -srm 2>/dev/null)\" \"$(id -un 2>/dev/null)\""
+        "\"${OSTYPE-} ${_rbk:-?} ${HOSTTYPE-}\" \"${USER:-${LOGNAME-}}\""
     )
     lines.append(f"_rbi={token.call_id}; _rbs=0; {names.after} {token.second}")
     return ("\n".join(lines) + "\n").encode()
@@ -346,7 +349,13 @@ def render_output(capture: OutputCapture, limit: int) -> tuple[str, bool]:
     return f"{head_kept}\n[... {cut:,} bytes cut: the output was {capture.total:,} bytes ...]\n{tail_kept}", True
 
 
-def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_pid: int | None = None) -> str:
+def exit_frame(script: str) -> bytes:
+    """What to send an idle shell so that it replaces itself with ``/bin/sh -c script``."""
+    return f"unset -f builtin 2>/dev/null; builtin exec /bin/sh -c {shell_quote(script)}\n".encode()
+
+
+def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_pid: int | None = None,
+                exclude_self: bool = False) -> str:
     """A POSIX sh script that signals every process whose environment holds ``match``
     (``NAME=value``), and ``also_pid`` if given, then prints ``RBKILL <count>`` of the
     processes it found. ``signal`` ``0`` only counts.
@@ -364,7 +373,8 @@ def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_p
         f"{abort}"
         f"p=$(cd /proc 2>/dev/null && grep -lsxzF '{match}' [0-9]*/environ 2>/dev/null | sed 's,/environ,,')\n"
         f"{extra}"
-        "set -- $p\n"
+        + ('q=; for x in $p; do [ "$x" = "$$" ] || q="$q $x"; done; p=$q\n' if exclude_self else "")
+        + "set -- $p\n"
         f"if [ $# -gt 0 ] && [ {signal} != 0 ]; then kill -s {signal} \"$@\" 2>/dev/null; fi\n"
         'echo "RBKILL $#"\n'
     )

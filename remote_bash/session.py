@@ -296,13 +296,20 @@ class RemoteBashSession:
         self._between.clear()
         if shell is None:
             return
-        if kill and self._conn is not None and not self._conn.is_closed and self.info is not None:
-            with contextlib.suppress(RemoteBashError):
-                await self._conn.run_side(
-                    framing.kill_script(f"REMOTE_BASH_SESSION={self.session_id}", "KILL",
-                                        also_pid=self.info.shell_pid),
-                    timeout=5,
-                )
+        tag = f"REMOTE_BASH_SESSION={self.session_id}"
+        conn = self._conn
+        if kill and conn is not None and not conn.is_closed and self.info is not None:
+            alive = not shell.closed.is_set() and not shell.exited
+            if alive:
+                # The idle shell replaces itself with the kill script: no second channel needed.
+                shell.on_data = lambda _data: None
+                with contextlib.suppress(RemoteBashError):
+                    shell.write(framing.exit_frame(framing.kill_script(tag, "KILL", exclude_self=True)))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(shell.closed.wait(), 2)
+            if not shell.closed.is_set():
+                with contextlib.suppress(RemoteBashError):
+                    await conn.run_side(framing.kill_script(tag, "KILL", also_pid=self.info.shell_pid), timeout=5)
         shell.close()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(shell.closed.wait(), 2)
