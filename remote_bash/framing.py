@@ -85,16 +85,16 @@ class CallToken:
 
     @classmethod
     def new(cls) -> CallToken:
-        return cls(secrets.token_hex(16))
+        return cls(secrets.token_hex(12))
 
     @property
     def call_id(self) -> str:
         """The first half of the nonce: exported as the call's process tag."""
-        return self.nonce[:16]
+        return self.nonce[:12]
 
     @property
     def second(self) -> str:
-        return self.nonce[16:]
+        return self.nonce[12:]
 
     @property
     def marker(self) -> bytes:
@@ -110,7 +110,7 @@ class ShellNames:
 
     @classmethod
     def new(cls) -> ShellNames:
-        return cls(secrets.token_hex(3))
+        return cls(secrets.token_hex(2))
 
     @property
     def before(self) -> str:
@@ -137,13 +137,13 @@ def frame_command(command: str, token: CallToken, names: ShellNames) -> bytes:
         raise ValueError("the command contains a lone surrogate code point, which is not valid text")
     return (
         f"_rbc={shell_quote(command)};{names.before} {token.call_id};"
-        f'for _rbl in 1;do builtin eval "$_rbp$_rbc" </dev/null;done;{{ {names.after} {token.second};}} 2>/dev/null\n'
+        f'for _rbl in 1;do eval "$_rbp$_rbc" </dev/null;done;{{ {names.after} {token.second};}} 2>/dev/null\n'
     ).encode()
 
 
 def _functions(names: ShellNames) -> list[str]:
     return [
-        f"{names.before}() {{ unset -f builtin 2>/dev/null; builtin export {CALL_ENV}=$1; _rbi=$1; "
+        f"{names.before}() {{ unset -f builtin eval 2>/dev/null; builtin export {CALL_ENV}=$1; _rbi=$1; "
         f"builtin trap 'break 1000 2>/dev/null' {ABORT_SIGNAL}; "
         'case ${_rbf-} in *[xv]*) _rbp="builtin set -${_rbf//[!xv]/}"$\'\\n\';; *) _rbp=;; esac; }',
         f"{names.after}() {{ _rbs=$?; _rbf=$-; unset -f builtin 2>/dev/null; builtin set +xv; "

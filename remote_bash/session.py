@@ -84,6 +84,8 @@ class _Call:
         self.scanner = framing.FrameScanner(token)
         self.capture = framing.OutputCapture(limit=max(limit, 1024) * 2)
         self.done = asyncio.get_running_loop().create_future()
+        self.waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        """Resolved True by the sentinel or the shell's end, False by a deadline; rearmed after."""
         self.status: int | None = None
         self.on_output = on_output
         self.decoder = codecs.getincrementaldecoder("utf-8")("replace") if on_output else None
@@ -101,6 +103,8 @@ class _Call:
             self.status = result.status
             if not self.done.done():
                 self.done.set_result(True)
+            if not self.waiter.done():
+                self.waiter.set_result(True)
             return result.rest
         return b""
 
@@ -108,6 +112,13 @@ class _Call:
         """The shell's channel closed: wake whoever waits for this call."""
         if not self.done.done():
             self.done.set_result(False)
+        if not self.waiter.done():
+            self.waiter.set_result(True)
+
+    def rearm(self) -> None:
+        """A fresh waiter after a wait ended by the deadline (the kill phase waits again)."""
+        if self.waiter.done() and not self.done.done():
+            self.waiter = asyncio.get_running_loop().create_future()
 
     @property
     def finished(self) -> bool:
@@ -407,8 +418,13 @@ class RemoteBashSession:
         if shell.closed.is_set() or shell.exited:
             call.end()
             return True
-        done, _ = await asyncio.wait([call.done], timeout=timeout)
-        return bool(done)
+        # A bare future and one timer: asyncio.wait would add a waiter and callbacks per call.
+        timer = asyncio.get_running_loop().call_later(timeout, _expire, call.waiter)
+        try:
+            return await call.waiter
+        finally:
+            timer.cancel()
+            call.rearm()
 
     async def _kill_call(self, call: _Call, shell: ShellChannel, conn: SshConnection, why: str) -> KillReport:
         """Signal the call's processes INT, TERM, KILL; replace the shell if it is the shell that hangs."""
@@ -571,6 +587,11 @@ class RemoteBashSession:
             if strict:
                 raise AuditError(f"cannot write the audit log ({exc}); the command was not run",
                                  host=self.host.name) from exc
+
+
+def _expire(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
 
 
 def _operator() -> str:
