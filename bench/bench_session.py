@@ -169,7 +169,8 @@ async def main() -> None:
         print(f"speed-up vs conn.run:  {run_lat / rb_lat:.1f}x   (target >= 5x)")
         print(f"speed-up vs ControlMaster: {cm_lat / rb_lat:.1f}x")
         print(f"throughput vs bare:    {rb_tp / bare_tp * 100:.0f}%   (target >= 80%)")
-        print(f"(medians of {args.calls} interleaved calls; open = connect + shell ready, bare = connect only; {args.mbytes} MB of output; {os.cpu_count()} cores)")
+        print(f"(medians of {args.calls} interleaved calls; open = connect + shell ready, bare = connect only; "
+              f"{args.mbytes} MB of output; {os.cpu_count()} cores)")
     finally:
         th.stop_all()
 

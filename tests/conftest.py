@@ -16,7 +16,7 @@ from .sshd import TestHosts, make_test_hosts
 @pytest.fixture(scope="session")
 def hosts() -> Iterator[TestHosts]:
     root = Path(tempfile.mkdtemp(prefix="rb-sshd-"))
-    os.chmod(root, 0o755)
+    os.chmod(root, 0o755)  # noqa: S103 - sshd reads authorized_keys here as the test user
     th = make_test_hosts(root)
     try:
         yield th

@@ -97,7 +97,7 @@ class TestHosts:
 def make_test_hosts(root: Path) -> TestHosts:
     user = ensure_test_user()
     root.mkdir(parents=True, exist_ok=True)
-    os.chmod(root, 0o755)
+    os.chmod(root, 0o755)  # noqa: S103 - sshd reads authorized_keys here as the test user
     key = generate_keypair(root / "client_ed25519", "remote-bash-tests")
     known = root / "known_hosts"
     known.touch()

@@ -175,7 +175,7 @@ class _Counting:
         spans = self.spans
         run = session.run
 
-        async def timed(command: str, timeout: float | None = None, **kw: Any) -> CommandResult:  # noqa: ASYNC109
+        async def timed(command: str, timeout: float | None = None, **kw: Any) -> CommandResult:
             begin = time.monotonic()
             try:
                 return await run(command, timeout, **kw)
@@ -336,7 +336,7 @@ class _ScriptedSession(RemoteBashSession):
         if self.start_errors:
             raise self.start_errors.pop(0)
 
-    async def run(self, command: str, timeout: float | None = None, **kw: Any) -> CommandResult:  # noqa: ASYNC109
+    async def run(self, command: str, timeout: float | None = None, **kw: Any) -> CommandResult:
         type(self).runs += 1
         if self.run_error is not None:
             raise self.run_error

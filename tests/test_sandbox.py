@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_bash import ConfigError, Host, RemoteBashSession
-from remote_bash import sandbox
+from remote_bash import ConfigError, Host, RemoteBashSession, sandbox
 from remote_bash.sandbox import generate_keypair, start_sshd
 
 

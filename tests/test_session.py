@@ -48,7 +48,10 @@ async def test_declare_inside_command_stays_global(session: RemoteBashSession) -
     assert r.output == "blue 42\n"
 
 
-@pytest.mark.parametrize("command", ["cat", "read x; echo \"got[$x]\"", "head -c 10", "python3 -c 'import sys; print(len(sys.stdin.read()))'"])
+@pytest.mark.parametrize(
+    "command",
+    ["cat", "read x; echo \"got[$x]\"", "head -c 10", "python3 -c 'import sys; print(len(sys.stdin.read()))'"],
+)
 async def test_commands_reading_stdin_get_eof(session: RemoteBashSession, command: str) -> None:
     r = await session.run(command, timeout=10)
     assert not r.timed_out
@@ -62,7 +65,8 @@ async def test_read_gets_eof_not_the_next_command(session: RemoteBashSession) ->
 
 
 async def test_output_that_looks_like_sentinels(session: RemoteBashSession) -> None:
-    fake = "printf '\\036RB%s:0\\036\\n' 0123456789abcdef0123456789abcdef; echo __CLAUDE_BASH_DONE_1234__; echo 'RBINFO 1|2|3|4'"
+    fake = ("printf '\\036RB%s:0\\036\\n' 0123456789abcdef0123456789abcdef; "
+            "echo __CLAUDE_BASH_DONE_1234__; echo 'RBINFO 1|2|3|4'")
     r = await session.run(fake)
     assert "__CLAUDE_BASH_DONE_1234__" in r.output
     assert "RB0123456789abcdef0123456789abcdef:0" in r.output
