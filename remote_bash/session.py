@@ -89,6 +89,7 @@ class _Call:
         self.status: int | None = None
         self.on_output = on_output
         self.decoder = codecs.getincrementaldecoder("utf-8")("replace") if on_output else None
+        self.live: _LiveOutput | None = None
 
     def feed(self, data: bytes) -> bytes:
         """Scan ``data``; returns the bytes that follow the sentinel, if it was found."""
@@ -124,6 +125,27 @@ class _Call:
     def finished(self) -> bool:
         """True when the sentinel was seen."""
         return self.done.done() and self.done.result() is True
+
+
+class _LiveOutput:
+    """Streams a call's output to a callback with secrets masked, across chunk boundaries."""
+
+    def __init__(self, sink: Callable[[str], None], redactor: Redactor) -> None:
+        self._sink = sink
+        stream = getattr(redactor, "stream", None)
+        self._stream: Any = stream() if callable(stream) else None
+        self._redactor = redactor
+
+    def feed(self, text: str) -> None:
+        out = self._stream.feed(text) if self._stream is not None else self._redactor.redact(text)
+        if out:
+            self._sink(out)
+
+    def flush(self) -> None:
+        if self._stream is not None:
+            out = self._stream.flush()
+            if out:
+                self._sink(out)
 
 
 class RemoteBashSession:
@@ -382,7 +404,9 @@ class RemoteBashSession:
         frame = framing.frame_command(command, token, self._names)
         await self._audit_write("exec.start", command=command, tool_use_id=tool_use_id, timeout=timeout,
                                 call_id=token.call_id, strict=True)
-        call = _Call(token, self.host.output_limit, on_output)
+        live = _LiveOutput(on_output, self._redactor) if on_output is not None else None
+        call = _Call(token, self.host.output_limit, live.feed if live is not None else None)
+        call.live = live
         if self._between:
             call.capture.add(bytes(self._between))
             self._between.clear()
@@ -501,6 +525,8 @@ class RemoteBashSession:
                                         call_id=call.token.call_id, error=error, exit_code=None,
                                         duration=round(duration, 6), output_bytes=call.capture.total,
                                         output_sha256=call.capture.sha256, strict=False)
+                if call.live is not None:
+                    call.live.flush()
                 self._conn = None
                 self._orphaned = True
                 with contextlib.suppress(Exception):
@@ -509,6 +535,8 @@ class RemoteBashSession:
                     error + "; it was not re-run, and its effects are unknown. The next call reconnects",
                     host=self.host.name, partial_output=text,
                 )
+        if call.live is not None:
+            call.live.flush()
         exit_code: int | None
         if shell_lost:
             exit_code = shell.exit_status if not timed_out else None

@@ -416,3 +416,13 @@ async def test_unknown_host_key_and_missing_known_hosts(web1: Host, tmp_path: Pa
     assert "SHA256:" in str(err.value)
     with pytest.raises(KnownHostsMissing):
         await RemoteBashSession(web1.model_copy(update={"known_hosts": tmp_path / "nope"})).start()
+
+
+async def test_streamed_output_is_masked_and_complete(session: RemoteBashSession) -> None:
+    seen: list[str] = []
+    r = await session.run("echo start; echo 'password=hunter22'; printf 'AKIAIOSFODNN7EX'; printf 'AMPLE tail'",
+                          on_output=seen.append)
+    streamed = "".join(seen)
+    assert "hunter22" not in streamed and "AKIAIOSFODNN7EXAMPLE" not in streamed
+    assert streamed == r.output
+    assert streamed.startswith("start\n") and streamed.endswith(" tail")
