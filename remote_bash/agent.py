@@ -6,6 +6,10 @@ its turn or a limit (turns, tokens, estimated cost) or Ctrl-C stops it. Every re
 command and result goes to a JSONL transcript as it happens, so a crash leaves a transcript
 that ``resume=`` can continue from.
 
+Instead of one host's session, a :class:`ToolSet` may be passed: the conversation then offers
+those tools (any :class:`ToolHandler`, such as ``fleet.HostBashTool``) with that system prompt,
+which is how ``fleet run --coordinator`` drives several hosts from one conversation.
+
 This module never re-runs a command and never retries one: transient API errors are retried
 by the SDK alone (``max_retries``), and a command whose result was never recorded is answered
 with an error that says its effect is unknown.
@@ -21,11 +25,11 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, Protocol, cast
 
 import anthropic
 from anthropic.lib.tools import BetaAsyncBuiltinFunctionTool
@@ -42,6 +46,9 @@ __all__ = [
     "AgentEvent",
     "AgentOutcome",
     "TokenUsage",
+    "ToolHandler",
+    "ToolSet",
+    "default_transcript_dir",
     "estimate_cost",
     "run_agent",
 ]
@@ -194,6 +201,36 @@ class AgentOutcome(BaseModel):
     """The text of Claude's last reply."""
 
 
+class ToolHandler(Protocol):
+    """A tool a conversation offers: its definition for the API, and what answers its ``tool_use`` blocks.
+
+    :class:`BashTool` is one; so is ``fleet.HostBashTool``. ``handle`` returns a ``tool_result``
+    block for the block's id and must not raise for anything Claude can send.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    async def handle(self, tool_use: Any) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class ToolSet:
+    """What a conversation works with when it is not one host's bash tool.
+
+    Commands run through these tools are reported as ``command`` and ``result`` events, without
+    ``output`` events or exit codes (the loop cannot see inside a tool it does not own)."""
+
+    name: str
+    """Names the run where a host name would go: the transcript's ``meta`` and its default file name."""
+    tools: Sequence[ToolHandler]
+    """The tools offered, dispatched by name; a call to any other name is answered with an error."""
+    system_prompt: str
+    """The system prompt, in place of the one-host prompt; ``AgentConfig.system_extra`` is appended."""
+
+
 class _Transcript:
     """Append-only JSONL, one flushed line per event.
 
@@ -235,14 +272,15 @@ class _Watched:
 
 async def run_agent(
     task: str,
-    session: RemoteBashSession,
+    session: RemoteBashSession | ToolSet,
     config: AgentConfig,
     *,
     client: anthropic.AsyncAnthropic | None = None,
     on_event: Callable[[AgentEvent], None] | None = None,
     resume: Path | None = None,
 ) -> AgentOutcome:
-    """Have Claude carry out ``task`` on the session's host; see the module docstring.
+    """Have Claude carry out ``task`` on the session's host (with the bash tool), or with the tools
+    of a :class:`ToolSet`; see the module docstring.
 
     With ``resume``, the conversation is rebuilt from that transcript and continued (``task``,
     when not empty, is added as a new instruction). Limits count this run only. Raises
@@ -265,12 +303,19 @@ async def run_agent(
         return await _run(task, session, config, own, on_event, resume)
 
 
-async def _run(task: str, session: RemoteBashSession, config: AgentConfig, client: anthropic.AsyncAnthropic,
-               on_event: Callable[[AgentEvent], None] | None, resume: Path | None) -> AgentOutcome:
-    if session.info is None:
-        await session.start()
-    system = _system_blocks(session, config.system_extra)
-    transcript, messages = await asyncio.to_thread(_prepare, task, session, config, system, resume)
+async def _run(task: str, session: RemoteBashSession | ToolSet, config: AgentConfig,
+               client: anthropic.AsyncAnthropic, on_event: Callable[[AgentEvent], None] | None,
+               resume: Path | None) -> AgentOutcome:
+    if isinstance(session, ToolSet):
+        system = _prompt_blocks(session.system_prompt, config.system_extra)
+        name, user = session.name, None
+        tools: list[dict[str, Any]] = [t.to_dict() for t in session.tools]
+    else:
+        if session.info is None:
+            await session.start()
+        system = _system_blocks(session, config.system_extra)
+        name, user, tools = session.host.name, session.info.user if session.info else None, TOOLS
+    transcript, messages = await asyncio.to_thread(_prepare, task, name, user, tools, config, system, resume)
     loop = _Loop(session, config, client, on_event or (lambda event: None), transcript, messages, system)
     try:
         return await loop.run()
@@ -278,14 +323,13 @@ async def _run(task: str, session: RemoteBashSession, config: AgentConfig, clien
         transcript.close()
 
 
-def _prepare(task: str, session: RemoteBashSession, config: AgentConfig, system: list[dict[str, Any]],
-             resume: Path | None) -> tuple[_Transcript, list[dict[str, Any]]]:
+def _prepare(task: str, host: str, user: str | None, tools: list[dict[str, Any]], config: AgentConfig,
+             system: list[dict[str, Any]], resume: Path | None) -> tuple[_Transcript, list[dict[str, Any]]]:
     """Open the transcript and build the first messages: the task, or the resumed conversation."""
-    host = session.host.name
     if resume is None:
         transcript = _Transcript(config.transcript or _default_transcript(host))
-        transcript.write("meta", task=task, host=host, model=config.model, started=_now(),
-                         user=session.info.user if session.info else None, system=system, tools=TOOLS)
+        transcript.write("meta", task=task, host=host, model=config.model, started=_now(), user=user,
+                         system=system, tools=tools)
         return transcript, [{"role": "user", "content": task}]
     messages, records = _rebuild(resume, host)
     path = config.transcript or resume
@@ -307,9 +351,9 @@ def _prepare(task: str, session: RemoteBashSession, config: AgentConfig, system:
 class _Loop:
     """One run: request, run the tools, answer, until a stop."""
 
-    def __init__(self, session: RemoteBashSession, config: AgentConfig, client: anthropic.AsyncAnthropic,
-                 emit: Callable[[AgentEvent], None], transcript: _Transcript, messages: list[dict[str, Any]],
-                 system: list[dict[str, Any]]) -> None:
+    def __init__(self, session: RemoteBashSession | ToolSet, config: AgentConfig,
+                 client: anthropic.AsyncAnthropic, emit: Callable[[AgentEvent], None], transcript: _Transcript,
+                 messages: list[dict[str, Any]], system: list[dict[str, Any]]) -> None:
         self.config = config
         self.client = client
         self.emit = emit
@@ -320,8 +364,15 @@ class _Loop:
         self.turns = 0
         self.final_text = ""
         self.current_id: str | None = None
-        self.watched = _Watched(session)
-        self.tool = BashTool(cast(RemoteBashSession, self.watched), on_output=self._on_output)
+        handlers: Sequence[ToolHandler]
+        if isinstance(session, ToolSet):
+            self.watched: _Watched | None = None
+            handlers = session.tools
+        else:
+            self.watched = _Watched(session)
+            handlers = [BashTool(cast(RemoteBashSession, self.watched), on_output=self._on_output)]
+        self.tools = {t.name: t for t in handlers}
+        self.tool_defs = [t.to_dict() for t in handlers]
 
     def _on_output(self, chunk: str) -> None:
         self.emit(AgentEvent("output", text=chunk, tool_use_id=self.current_id))
@@ -380,7 +431,7 @@ class _Loop:
             "model": self.config.model,
             "max_tokens": self.config.max_tokens,
             "system": self.system,
-            "tools": TOOLS,
+            "tools": self.tool_defs,
             "messages": _with_cache_breakpoint(self.messages),
         }
         self.turns += 1
@@ -413,9 +464,11 @@ class _Loop:
         self.emit(AgentEvent("command", tool_use_id=block["id"],
                              command=command if isinstance(command, str) else None))
         started = time.monotonic()
-        self.watched.last = None
+        if self.watched is not None:
+            self.watched.last = None
+        handler = self.tools.get(block.get("name", ""))
         try:
-            result = await self.tool.handle(block)
+            result = await handler.handle(block) if handler is not None else self._unknown_tool(block)
         except (asyncio.CancelledError, KeyboardInterrupt):
             self.transcript.write("command", tool_use_id=block["id"], input=tool_input, interrupted=True,
                                   duration=round(time.monotonic() - started, 3))
@@ -423,7 +476,7 @@ class _Loop:
         finally:
             self.current_id = None
         duration = time.monotonic() - started
-        ran = self.watched.last
+        ran = self.watched.last if self.watched is not None else None
         exit_code = ran.exit_code if ran is not None else None
         self.transcript.write("command", tool_use_id=block["id"], name=block.get("name"), input=tool_input,
                               exit_code=exit_code, timed_out=ran.timed_out if ran is not None else None,
@@ -432,6 +485,12 @@ class _Loop:
                              command=command if isinstance(command, str) else None,
                              is_error=bool(result["is_error"]), exit_code=exit_code, duration=duration))
         return result
+
+
+    def _unknown_tool(self, block: dict[str, Any]) -> dict[str, Any]:
+        names = ", ".join(repr(n) for n in self.tools)
+        return {"type": "tool_result", "tool_use_id": block["id"], "is_error": True,
+                "content": f"Error: unknown tool {block.get('name')!r}; the tools here are: {names}."}
 
 
 def _system_blocks(session: RemoteBashSession, extra: str | None) -> list[dict[str, Any]]:
@@ -464,6 +523,11 @@ reversible steps, back up a file before you edit it, and do not delete, stop or 
 anything the task does not need.
 - When the task is done, or cannot be done, answer without calling the tool: say what you \
 found and what you changed."""
+    return _prompt_blocks(prompt, extra)
+
+
+def _prompt_blocks(prompt: str, extra: str | None) -> list[dict[str, Any]]:
+    """The system prompt as text blocks, the cache breakpoint on the last one."""
     blocks: list[dict[str, Any]] = [{"type": "text", "text": prompt}]
     if extra:
         blocks.append({"type": "text", "text": extra})
@@ -611,10 +675,15 @@ def _answer_pending(messages: list[dict[str, Any]], records: list[dict[str, Any]
         transcript.write("tool_results", content=results, recovered=True)
 
 
-def _default_transcript(host: str) -> Path:
+def default_transcript_dir() -> Path:
+    """Where transcripts go unless told otherwise: ``$XDG_STATE_HOME/remote-bash/transcripts``."""
     state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return state / "remote-bash" / "transcripts"
+
+
+def _default_transcript(host: str) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    return state / "remote-bash" / "transcripts" / f"{host}-{stamp}-{os.getpid()}.jsonl"
+    return default_transcript_dir() / f"{host}-{stamp}-{os.getpid()}.jsonl"
 
 
 def _now() -> str:

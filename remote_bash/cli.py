@@ -64,7 +64,10 @@ FLEET_EXIT_CODES = f"""exit status:
   2    on some host it did not run to its end: unreachable, timed out, lost, or skipped by --fail-fast
   {EXIT_ERROR}  remote-bash error before any host was worked on (inventory, audit)
   {EXIT_NOT_ALLOWED}  the pattern names an unknown host or group
-  {EXIT_INTERRUPTED}  interrupted with Ctrl-C (running commands were killed)"""
+  {EXIT_INTERRUPTED}  interrupted with Ctrl-C (running commands were killed)
+  fleet run: 0 when Claude finished on every host and the last command there succeeded; 1 when
+  Claude finished but a host's last command failed; 2 when a conversation did not finish, or a
+  host was unreachable or skipped"""
 SANDBOX = "sandbox"
 PROG = "remote-bash"
 
@@ -785,41 +788,57 @@ def _cmd_fleet(ctx: _Context) -> int:
     return result.exit_code
 
 
+class _RunProgress(_Progress):
+    """The live line, and for a conversation per host one line on stderr as each host ends (terminal or not)."""
+
+    def __init__(self, *, per_host: bool) -> None:
+        super().__init__()
+        self.per_host = per_host
+
+    def __call__(self, p: Any) -> None:
+        last = p.last
+        if self.per_host and last is not None and last.status != "skipped":
+            self.clear()
+            c = last.conversation
+            commands = f"{last.commands} command{'' if last.commands == 1 else 's'}"
+            done = f"{c.turns} turns, {commands}, ${c.cost_usd:.4f}, " if c else ""
+            why = f": {_one_line(last.error)}" if last.error else ""
+            _err(f"{last.host}: {last.status} ({done}{_duration(last.duration)}){why}")
+        super().__call__(p)
+
+
 def _cmd_fleet_run(ctx: _Context) -> int:
     from . import fleet
+    from .agent import AgentConfig
 
-    runner = getattr(fleet, "run", None)
-    if runner is None:
-        raise _Unavailable("'fleet run' is not available in this version of remote_bash.fleet")
+    args = ctx.args
+    if args.coordinator and (args.serial or args.fail_fast):
+        raise _UsageError("--serial and --fail-fast apply to a conversation per host, not to --coordinator")
     _require_api_key(ctx.env)
-    task = _task_text(ctx.args)
-    progress = _Progress()
+    task = _task_text(args)
+    options: dict[str, Any] = {}
+    if args.model:
+        options["model"] = args.model
+    if args.max_turns:
+        options["max_turns"] = args.max_turns
+    config = AgentConfig(**options)
+    progress = _RunProgress(per_host=not args.coordinator)
 
-    async def go(inventory: Inventory) -> Any:
-        options: dict[str, Any] = {"forks": ctx.args.forks, "fail_fast": ctx.args.fail_fast,
-                                   "session_factory": await _fleet_sessions(ctx, inventory, ctx.args.pattern),
-                                   "on_progress": progress}
-        if ctx.args.coordinator:
-            options["coordinator"] = True
-        if ctx.args.serial:
-            options["serial"] = ctx.args.serial
-        if ctx.args.model:
-            options["model"] = ctx.args.model
-        return await runner(inventory, ctx.args.pattern, task, **options)
+    async def go(inventory: Inventory) -> fleet.FleetRun:
+        factory = await _fleet_sessions(ctx, inventory, args.pattern)
+        return await fleet.run(inventory, args.pattern, task, forks=args.forks, serial=args.serial,
+                               fail_fast=args.fail_fast, coordinator=args.coordinator, timeout=args.timeout,
+                               config=config, session_factory=factory, on_progress=progress)
 
     with ctx.inventory() as inventory:
         try:
             result = asyncio.run(go(inventory))
         finally:
             progress.clear()
-    if ctx.args.output_dir and hasattr(fleet, "write_output_dir"):
-        fleet.write_output_dir(result, ctx.args.output_dir)
-    _out(result.to_json() + "\n" if ctx.args.json else fleet.format_recap(result))
-    return int(result.exit_code)
-
-
-class _Unavailable(Exception):
-    """A feature whose implementation is missing from this installation."""
+    if args.output_dir:
+        fleet.write_run_output_dir(result, args.output_dir)
+    _out(result.to_json() + "\n" if args.json else fleet.format_run_recap(result))
+    return result.exit_code
 
 
 # -- run ---------------------------------------------------------------------------------------------------
@@ -1095,6 +1114,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="fleet run: one conversation drives every host (default: one per host)")
     p.add_argument("--serial", type=_positive, metavar="N", help="fleet run: hosts per batch")
     p.add_argument("--model", metavar="MODEL", help="fleet run: Claude model to use")
+    p.add_argument("--max-turns", type=_positive, metavar="N", help="fleet run: stop a conversation after N turns")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.usage = (f"{PROG} fleet exec [options] PATTERN -- COMMAND...\n"
                f"       {PROG} fleet run [options] PATTERN TASK")
@@ -1114,7 +1134,7 @@ def _exit_code(exc: BaseException) -> int:
         return EXIT_REFUSED
     if isinstance(exc, HostNotAllowed | SelectionError):
         return EXIT_NOT_ALLOWED
-    if isinstance(exc, RemoteBashError | _Unavailable):
+    if isinstance(exc, RemoteBashError):
         return EXIT_ERROR
     if isinstance(exc, _UsageError | _NoApiKey):
         return EXIT_USAGE
@@ -1164,7 +1184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         from .errors import RemoteBashError
 
-        known = isinstance(exc, RemoteBashError | _UsageError | _NoApiKey | _Unavailable)
+        known = isinstance(exc, RemoteBashError | _UsageError | _NoApiKey)
         message = str(exc) if known else f"internal error: {type(exc).__name__}: {exc} (--debug shows where)"
         _err(f"{PROG}: {_one_line(message)}")
         return _exit_code(exc)

@@ -1,9 +1,14 @@
-"""Fan-out: one command on many hosts at once, each host in its own persistent session.
+"""Fan-out: one command, or a task for Claude, on many hosts at once, each host in its own persistent session.
 
 ::
 
     result = await fleet.exec(inventory, "web:&prod", "df -h /", forks=20, timeout=30)
     print(fleet.format_recap(result))
+
+    done = await fleet.run(inventory, "web", "free up disk space under /var/log", serial=2)
+    print(fleet.format_run_recap(done))
+
+:func:`run` and its results live in :mod:`remote_bash.fleet_run` and are re-exported here.
 
 Every selected host gets its own :class:`~remote_bash.session.RemoteBashSession`, so its own
 timeout, command policy, limits and audit trail apply. At most ``forks`` hosts are worked on at
@@ -42,6 +47,7 @@ from .errors import (
     RemoteBashError,
     SelectionError,
 )
+from .fleet_run import Conversation, FleetRun, HostRun, format_run_recap, run, write_run_output_dir
 from .inventory import Inventory
 from .models import CommandResult, Host
 from .policy import check_command
@@ -51,17 +57,23 @@ from .tool import BashTool, _get
 from .tool import _result as _tool_block
 
 __all__ = [
+    "Conversation",
     "FleetPool",
     "FleetProgress",
     "FleetResult",
+    "FleetRun",
     "HostBashTool",
     "HostResult",
+    "HostRun",
     "OutputGroup",
     "SessionFactory",
     "exec",
     "fleet_exec",
     "format_recap",
+    "format_run_recap",
+    "run",
     "write_output_dir",
+    "write_run_output_dir",
 ]
 
 Status = Literal["ok", "failed", "unreachable", "timed_out", "refused", "error", "skipped"]
@@ -186,8 +198,9 @@ class FleetProgress:
     failed: int
     """Hosts done with any status other than ``ok``."""
     elapsed: float
-    last: HostResult | None = None
-    """The result that just came in; ``None`` when a host just started."""
+    last: HostResult | HostRun | None = None
+    """The result that just came in (a :class:`HostRun` for :func:`run`); ``None`` when a host just
+    started."""
 
     @property
     def waiting(self) -> int:
@@ -311,13 +324,13 @@ class _Progress:
         self.running += 1
         self._send(None)
 
-    def end(self, result: HostResult, *, ran: bool) -> None:
+    def end(self, result: HostResult | HostRun, *, ran: bool) -> None:
         self.running -= ran
         self.done += 1
         self.failed += not result.ok
         self._send(result)
 
-    def _send(self, last: HostResult | None) -> None:
+    def _send(self, last: HostResult | HostRun | None) -> None:
         if self.callback is not None:
             self.callback(FleetProgress(self.total, self.done, self.running, self.failed,
                                         time.monotonic() - self.started, last))
@@ -372,6 +385,10 @@ class FleetPool:
         if session is None:
             session = self._sessions[host.name] = self._factory(host)
         return session
+
+    def slot(self, host: Host) -> contextlib.AbstractAsyncContextManager[None]:
+        """Hold one of the pool's ``forks`` slots, and the host's group slots, for the ``async with``."""
+        return self._limits.slot(host)
 
     async def connect(self, host: Host) -> RemoteBashSession:
         """The host's session, connected (a dropped handshake is retried); raises the last error."""
@@ -452,7 +469,7 @@ class FleetPool:
         async def one(index: int, host: Host) -> None:
             result: HostResult | None = None
             if not stop.is_set():
-                async with self._limits.slot(host):
+                async with self.slot(host):
                     if not stop.is_set():
                         progress.start()
                         result = await self.run_on(host, command, timeout=timeout)
@@ -563,18 +580,29 @@ def format_recap(result: FleetResult, *, width: int = 120, max_names: int = 8, m
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
+def _file_name(host: str) -> str:
+    """A host name made safe as a file name: no separators, no leading dot."""
+    return _UNSAFE.sub("_", host).lstrip(".") or "_"
+
+
+def _output_path(root: Path, host: str, written: Sequence[Path]) -> Path:
+    """``root/<host>.txt``, numbered when two host names come out the same."""
+    name = _file_name(host)
+    path = root / f"{name}.txt"
+    n = 1
+    while path in written:
+        n += 1
+        path = root / f"{name}-{n}.txt"
+    return path
+
+
 def write_output_dir(result: FleetResult, directory: str | Path) -> list[Path]:
     """Write ``<host>.txt`` per host: a few ``# key: value`` header lines, a blank line, the output."""
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for r in result.results:
-        name = _UNSAFE.sub("_", r.host).lstrip(".") or "_"
-        path = root / f"{name}.txt"
-        n = 1
-        while path in written:
-            n += 1
-            path = root / f"{name}-{n}.txt"
+        path = _output_path(root, r.host, written)
         header = {"host": r.host, "status": r.status, "exit": "-" if r.exit_code is None else r.exit_code,
                   "duration": f"{r.duration:.3f}", "command": result.command.replace("\n", "\\n")}
         if r.error:

@@ -113,12 +113,16 @@ async def test_several_tool_uses_answered_in_one_message_in_order(
     assert kinds.count("result") == 3
     assert "".join(e.text for e in events if e.kind == "text") == "I will look around.All done."
     second = [e for e in events if e.tool_use_id == uses[1]["id"]]
-    assert [e.kind for e in second] == ["command", "output", "result"]
+    # Output streams in chunks (how many depends on reads and line boundaries); together they are
+    # the command's output, between its command and result events.
+    kinds_second = [e.kind for e in second]
+    assert kinds_second[0] == "command" and kinds_second[-1] == "result"
+    assert set(kinds_second[1:-1]) == {"output"}
     assert second[0].command == f"cat ~/{mark}; pwd"
-    assert second[1].text == "first\n/tmp\n"
-    assert second[2].exit_code == 0
-    assert second[2].duration is not None
-    assert not second[2].is_error
+    assert "".join(e.text for e in second[1:-1]) == "first\n/tmp\n"
+    assert second[-1].exit_code == 0
+    assert second[-1].duration is not None
+    assert not second[-1].is_error
 
 
 async def test_system_prompt_tools_and_prompt_caching(
