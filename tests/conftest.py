@@ -10,6 +10,7 @@ import pytest
 from remote_bash.models import Host
 from remote_bash.session import RemoteBashSession
 
+from .messages_server import MessagesServer
 from .sshd import TestHosts, make_test_hosts
 
 
@@ -27,6 +28,14 @@ def hosts() -> Iterator[TestHosts]:
 @pytest.fixture(scope="session")
 def web1(hosts: TestHosts) -> Host:
     return hosts.start("web-1")
+
+
+@pytest.fixture
+def server() -> Iterator[MessagesServer]:
+    """A scripted Messages endpoint on loopback; it fails the test if a request broke the script."""
+    with MessagesServer() as srv:
+        yield srv
+    assert not srv.problems, srv.problems
 
 
 @pytest.fixture

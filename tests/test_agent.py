@@ -32,13 +32,6 @@ MODEL = "claude-sonnet-5"
 
 
 @pytest.fixture
-def server() -> Iterator[MessagesServer]:
-    with MessagesServer() as srv:
-        yield srv
-    assert not srv.problems, srv.problems
-
-
-@pytest.fixture
 async def client(server: MessagesServer) -> AsyncIterator[anthropic.AsyncAnthropic]:
     async with anthropic.AsyncAnthropic(base_url=server.url, api_key="test", max_retries=2) as c:
         yield c

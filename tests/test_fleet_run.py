@@ -8,7 +8,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +42,6 @@ def team(hosts: TestHosts) -> dict[str, Host]:
 
 def inventory(*made: Host) -> Inventory:
     return Inventory(hosts={h.name: h for h in made}, groups={"run": [h.name for h in made]})
-
-
-@pytest.fixture
-def server() -> Iterator[MessagesServer]:
-    with MessagesServer() as srv:
-        yield srv
-    assert not srv.problems, srv.problems
 
 
 @pytest.fixture
