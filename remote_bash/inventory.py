@@ -18,17 +18,17 @@ import difflib
 import fnmatch
 import os
 import re
-import shlex
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
 
+from remote_bash._ssh_config import parse_ssh_config, ssh_options
+from remote_bash._yaml_lines import MAX_FILE_BYTES, MAX_NODES, Where, parse_yaml, read_text
 from remote_bash.errors import InventoryError, SelectionError
 from remote_bash.models import Host
 
@@ -41,12 +41,6 @@ __all__ = [
     "parse_ssh_config",
     "select_names",
 ]
-
-MAX_FILE_BYTES = 10 * 1024 * 1024
-"""Inventory (and ssh config) files larger than this are refused before parsing."""
-MAX_NODES = 200_000
-"""YAML nodes a document may hold once anchors and aliases are expanded (billion-laughs guard)."""
-_MAX_DEPTH = 64
 
 _TOP_KEYS = ("defaults", "hosts", "groups")
 _GROUP_KEYS = ("hosts", "children", "vars", "forks")
@@ -61,8 +55,6 @@ _FIXED = {
 }
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 _GLOB_CHARS = frozenset("*?[")
-
-Where = tuple[str, ...]
 
 
 class Inventory(BaseModel):
@@ -194,251 +186,6 @@ def default_inventory_path(cli_value: str | None, env: Mapping[str, str]) -> Pat
     base = Path(xdg) if xdg and Path(xdg).is_absolute() else home / ".config"
     candidate = base / "remote-bash" / "hosts.yaml"
     return candidate if candidate.is_file() else None
-
-
-# --- ssh config ------------------------------------------------------------------------------
-
-_SSH_KEYS = {
-    "hostname": "hostname",
-    "user": "user",
-    "port": "port",
-    "identityfile": "identity_file",
-    "proxyjump": "jump",
-}
-_SSH_NAMES = {
-    "hostname": "HostName",
-    "user": "User",
-    "port": "Port",
-    "identity_file": "IdentityFile",
-    "jump": "ProxyJump",
-}
-
-
-def parse_ssh_config(
-    text: str,
-    alias: str,
-    *,
-    inventory_hosts: Collection[str] | None = None,
-    path: str | None = None,
-) -> dict[str, Any]:
-    """The settings ``~/.ssh/config`` text gives ``alias``, as Host field names.
-
-    Returns any of ``hostname``, ``user``, ``port`` (int), ``identity_file`` (as written) and
-    ``jump`` (list of hop names). The first value of a keyword wins, as in ssh. ``Match`` blocks
-    and ``Include`` are not evaluated. With ``inventory_hosts``, every ProxyJump hop must be one
-    of them. ``path`` only names the file in errors.
-    """
-    return {key: value for key, (value, _line) in _ssh_options(text, alias, inventory_hosts, path)[0].items()}
-
-
-def _ssh_options(
-    text: str, alias: str, inventory_hosts: Collection[str] | None, path: str | None
-) -> tuple[dict[str, tuple[Any, int]], bool]:
-    found: dict[str, tuple[Any, int]] = {}
-    active, matched = True, False  # lines before the first Host block apply to every host
-    for lineno, line in enumerate(text.splitlines(), 1):
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        parsed = re.match(r"([A-Za-z][A-Za-z0-9]*)\s*(?:=\s*|\s+)(.*)\Z", stripped)
-        if parsed is None:
-            raise InventoryError(f"cannot read ssh config line {stripped!r}", path=path, line=lineno)
-        try:
-            args = shlex.split(parsed[2], comments=True)
-        except ValueError as exc:
-            raise InventoryError(f"cannot read ssh config line: {exc}", path=path, line=lineno) from None
-        keyword = parsed[1].lower()
-        if keyword in ("host", "match"):
-            active = keyword == "host" and _ssh_host_matches(args, alias)
-            matched = matched or active
-            continue
-        key = _SSH_KEYS.get(keyword)
-        if not active or key is None or key in found or not args:
-            continue
-        found[key] = (_ssh_value(key, args[0], alias, inventory_hosts, path, lineno), lineno)
-    return found, matched
-
-
-def _ssh_value(
-    key: str, value: str, alias: str, inventory_hosts: Collection[str] | None, path: str | None, line: int
-) -> Any:
-    if key == "port":
-        if not value.isdigit() or not 1 <= int(value) <= 65535:
-            raise InventoryError(
-                f"expected an integer from 1 to 65535, got {value!r}", path=path, line=line, field="Port"
-            )
-        return int(value)
-    if key == "hostname":
-        return re.sub(r"%(.)", lambda m: {"%": "%", "h": alias}.get(m[1], m[0]), value)
-    if key == "jump":
-        if value.lower() == "none":
-            return []
-        hops = [hop.strip() for hop in value.split(",")]
-        for hop in hops:
-            if inventory_hosts is not None and hop not in inventory_hosts:
-                raise InventoryError(
-                    f"ProxyJump hop {hop!r} (for {alias!r}) is not a host of the inventory; every hop must "
-                    "be an inventory host name: add it under hosts:, or set jump: on the host",
-                    path=path,
-                    line=line,
-                    field="ProxyJump",
-                )
-        return hops
-    return value
-
-
-def _ssh_host_matches(patterns: Sequence[str], alias: str) -> bool:
-    positive = False
-    for pattern in (p for arg in patterns for p in arg.split(",") if p):
-        negated = pattern.startswith("!")
-        body = pattern[1:] if negated else pattern
-        regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in body)
-        if re.fullmatch(regex, alias, re.IGNORECASE | re.DOTALL):
-            if negated:
-                return False
-            positive = True
-    return positive
-
-
-# --- reading YAML with line numbers ----------------------------------------------------------
-
-
-def _read_text(file: Path, what: str) -> str:
-    try:
-        if file.is_dir():
-            raise InventoryError(f"{what} is a directory, not a file", path=str(file))
-        with file.open("rb") as stream:
-            data = stream.read(MAX_FILE_BYTES + 1)
-    except FileNotFoundError:
-        raise InventoryError(f"{what} not found", path=str(file)) from None
-    except OSError as exc:
-        raise InventoryError(f"cannot read {what}: {exc.strerror or exc}", path=str(file)) from None
-    if len(data) > MAX_FILE_BYTES:
-        size = file.stat().st_size / (1024 * 1024)
-        raise InventoryError(
-            f"{what} is {size:.1f} MiB; files over {MAX_FILE_BYTES // (1024 * 1024)} MiB are refused",
-            path=str(file),
-        )
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise InventoryError(f"{what} is not UTF-8 text", path=str(file), line=line) from None
-
-
-class _Loader(yaml.SafeLoader):
-    """A safe loader that refuses documents with too many nodes while composing them."""
-
-    def __init__(self, stream: str, path: str) -> None:
-        super().__init__(stream)
-        self.path = path
-        self.composed = 0
-
-    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
-        self.composed += 1
-        if self.composed > MAX_NODES:
-            line = self.get_mark().line + 1
-            raise InventoryError(f"the file has more than {MAX_NODES} YAML nodes", path=self.path, line=line)
-        return super().compose_node(parent, index)
-
-
-class _Tree:
-    """Turns composed YAML nodes into plain values, noting the line of every key and item."""
-
-    def __init__(self, loader: _Loader, path: str) -> None:
-        self.loader = loader
-        self.path = path
-        self.lines: dict[Where, int] = {}
-        self.nodes = 0
-        self._open: set[int] = set()
-
-    def fail(self, message: str, where: Where, node: yaml.Node) -> InventoryError:
-        return InventoryError(
-            message, path=self.path, line=node.start_mark.line + 1, field=".".join(where) or None
-        )
-
-    def value(self, node: yaml.Node, where: Where) -> Any:
-        self.nodes += 1
-        if self.nodes > MAX_NODES:
-            raise self.fail(
-                f"the document expands to more than {MAX_NODES} YAML nodes through "
-                "anchors and aliases; refusing it",
-                where,
-                node,
-            )
-        if len(where) > _MAX_DEPTH:
-            raise self.fail("the document is nested too deeply", where, node)
-        if isinstance(node, yaml.ScalarNode):
-            try:
-                return self.loader.construct_object(node)
-            except yaml.YAMLError as exc:
-                raise self.fail(f"bad YAML value: {getattr(exc, 'problem', exc)}", where, node) from None
-        if id(node) in self._open:
-            raise self.fail("an alias refers to a node that contains it", where, node)
-        self._open.add(id(node))
-        try:
-            if isinstance(node, yaml.SequenceNode) and node.tag == "tag:yaml.org,2002:seq":
-                items = []
-                for index, item in enumerate(node.value):
-                    self.lines[(*where, str(index))] = item.start_mark.line + 1
-                    items.append(self.value(item, (*where, str(index))))
-                return items
-            if isinstance(node, yaml.MappingNode) and node.tag == "tag:yaml.org,2002:map":
-                return self._mapping(node, where)
-            raise self.fail(f"unsupported YAML tag {node.tag!r}", where, node)
-        finally:
-            self._open.discard(id(node))
-
-    def _mapping(self, node: yaml.MappingNode, where: Where) -> dict[str, Any]:
-        merged: dict[str, Any] = {}
-        own: dict[str, Any] = {}
-        for key_node, value_node in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                # Merge keys are expanded here (not by PyYAML) so that every merged node is counted.
-                sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
-                for source in reversed(sources):
-                    value = self.value(source, where)
-                    if not isinstance(value, dict):
-                        raise self.fail(
-                            "a '<<' merge key needs a mapping or a list of mappings", where, source
-                        )
-                    merged.update(value)
-                continue
-            if not isinstance(key_node, yaml.ScalarNode):
-                raise self.fail("mapping keys must be plain names", where, key_node)
-            key = str(key_node.value)
-            if key in own:
-                first = self.lines[(*where, key)]
-                raise self.fail(f"duplicate key {key!r} (first on line {first})", (*where, key), key_node)
-            self.lines[(*where, key)] = key_node.start_mark.line + 1
-            own[key] = self.value(value_node, (*where, key))
-        return {**merged, **own}
-
-
-def _parse_yaml(text: str, path: str) -> tuple[Any, dict[Where, int]]:
-    try:
-        loader = _Loader(text, path)
-    except yaml.reader.ReaderError as exc:
-        where = text[: exc.position].count("\n") + 1
-        message = f"the file holds a character YAML does not allow ({exc.reason})"
-        raise InventoryError(message, path=path, line=where) from None
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None, {}
-        tree = _Tree(loader, path)
-        return tree.value(node, ()), tree.lines
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        message = " ".join(str(part) for part in (exc.context, exc.problem) if part)
-        line = mark.line + 1 if mark else None
-        raise InventoryError(f"YAML syntax error: {message}", path=path, line=line) from None
-    except yaml.YAMLError as exc:
-        raise InventoryError(f"YAML error: {exc}", path=path) from None
-    except RecursionError:
-        raise InventoryError("the YAML document is nested too deeply", path=path) from None
-    finally:
-        loader.dispose()
 
 
 # --- validation messages ---------------------------------------------------------------------
@@ -642,8 +389,8 @@ class _Builder:
                     (),
                     origin,
                 )
-            self._ssh_text = _read_text(self.ssh_path, "ssh config file")
-        found, matched = _ssh_options(self._ssh_text, alias, hosts, str(self.ssh_path))
+            self._ssh_text = read_text(self.ssh_path, "ssh config file")
+        found, matched = ssh_options(self._ssh_text, alias, hosts, str(self.ssh_path))
         if not matched:
             raise self.fail(f"no Host block in {self.ssh_path} matches {alias!r}", (), origin)
         values = {key: value for key, (value, _) in found.items()}
@@ -823,7 +570,7 @@ def load_inventory(
     ``ssh_config_path`` replaces ``~/.ssh/config`` for hosts that name an ``ssh_config`` alias.
     """
     file = Path(path)
-    text = _read_text(file, "inventory file")
-    doc, lines = _parse_yaml(text, str(file))
+    text = read_text(file, "inventory file")
+    doc, lines = parse_yaml(text, str(file))
     ssh_path = Path(ssh_config_path).expanduser() if ssh_config_path is not None else None
     return _Builder(file, lines, ssh_path).build(doc)

@@ -466,3 +466,16 @@ def test_sandbox_without_openssh_uses_the_asyncssh_server(no_inventory: dict[str
                          env=no_inventory, capture_output=True, text=True, timeout=60,
                          stdin=subprocess.DEVNULL)
     assert (out.returncode, out.stdout) == (4, "hi\n"), out.stderr
+
+
+def test_every_command_handler_named_in_the_parser_exists() -> None:
+    """The parser names its handlers as strings (so --help imports nothing heavy); check them all."""
+    import re
+
+    from remote_bash.cli import _app
+
+    source = Path(_app.__file__).read_text()
+    names = set(re.findall(r'"(_[a-z]+:_cmd_[a-z_]+)"', source))
+    assert len(names) >= 9
+    for name in names:
+        assert callable(_app._command(name)), name

@@ -1,0 +1,39 @@
+"""The ``remote-bash`` command line: the only package that prints or reads argv.
+
+Commands: ``exec``, ``shell``, ``run``, ``hosts``, ``check``, ``credentials``, ``audit``,
+``sandbox`` and ``fleet`` (``remote-bash COMMAND --help`` shows each, with an example).
+
+Imports are lazy: ``--help`` and ``exec`` never load the anthropic SDK, which only ``run`` and
+``fleet run`` need. An error is one line on stderr and a documented exit status, never a
+traceback unless ``--debug`` is given. With no inventory configured, the built-in ``sandbox``
+host is used: a throwaway sshd on 127.0.0.1 for the current user (``remote-bash sandbox``).
+
+The package's modules, lowest layer first: ``_output`` (printing, exit statuses), ``_sandbox`` (the
+built-in host), ``_context`` (what the global options give every command), the commands in
+``_exec``, ``_run``, ``_admin`` and ``_fleet``, and ``_app`` (the parser and :func:`main`), which
+imports a command's module only when that command runs.
+"""
+
+from __future__ import annotations
+
+from ._app import main
+from ._output import (
+    EXIT_ERROR,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_ALLOWED,
+    EXIT_REFUSED,
+    EXIT_TIMEOUT,
+    EXIT_USAGE,
+)
+
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_NOT_ALLOWED",
+    "EXIT_REFUSED",
+    "EXIT_TIMEOUT",
+    "EXIT_USAGE",
+    "main",
+]

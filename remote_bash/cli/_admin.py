@@ -1,0 +1,147 @@
+"""``hosts``, ``check``, ``credentials`` and ``audit``: looking at the inventory, the hosts and the logs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._context import _Context, _session
+from ._output import EXIT_FAILED, PROG, _duration, _err, _one_line, _out, _table
+from ._sandbox import SANDBOX, _running_sandbox, _sandbox_dir, _sandbox_host
+
+if TYPE_CHECKING:
+    from remote_bash.inventory import Inventory
+    from remote_bash.models import Host
+
+
+def _cmd_hosts(ctx: _Context) -> int:
+    inventory = ctx.load()
+    address: dict[str, str] = {}
+    if inventory is None:
+        state = _running_sandbox(_sandbox_dir(ctx.env))
+        hosts = [_sandbox_host("127.0.0.1", int(state["port"]) if state else 22, Path("-"), Path("-"))]
+        if state is None:
+            address[SANDBOX] = "127.0.0.1 (started when used; see 'remote-bash sandbox --help')"
+    else:
+        hosts = inventory.select(ctx.args.pattern) if ctx.args.pattern else list(inventory.hosts.values())
+    if ctx.args.json:
+        data = [{"name": h.name, "hostname": h.hostname, "port": h.port, "user": h.user, "groups": h.groups,
+                 "labels": h.labels, "jump": h.jump} for h in hosts]
+        _out(json.dumps(data, indent=2) + "\n")
+        return 0
+    rows = [("NAME", "ADDRESS", "USER", "GROUPS", "LABELS")]
+    for h in hosts:
+        where = address.get(h.name) or h.address + (f" via {','.join(h.jump)}" if h.jump else "")
+        rows.append((h.name, where, h.user or "-", ",".join(h.groups) or "-",
+                     ",".join(f"{k}={v}" for k, v in h.labels.items()) or "-"))
+    _out(_table(rows))
+    return 0
+
+
+def _cmd_check(ctx: _Context) -> int:
+    with ctx.inventory() as inventory:
+        hosts = inventory.select(ctx.args.pattern or "all")
+        results = asyncio.run(_check_all(ctx, inventory, hosts))
+    if ctx.args.json:
+        _out(json.dumps(results, indent=2) + "\n")
+    else:
+        rows = []
+        for r in results:
+            if r["ok"]:
+                rows.append((r["host"], "ok", f"{r['user']}@{r['address']}", r["host_key"],
+                             f"{r['os']}, bash {r['bash_version']}", _duration(r['duration'])))
+            else:
+                rows.append((r["host"], "FAILED", f"{r['error_type']}: {r['error']}", "", "",
+                             _duration(r['duration'])))
+        width = max(len(r[0]) for r in rows) if rows else 0
+        for row in rows:
+            _out(f"{row[0].ljust(width)}  {row[1]:<6}  " + "  ".join(c for c in row[2:] if c) + "\n")
+    return 0 if all(r["ok"] for r in results) else EXIT_FAILED
+
+
+async def _check_all(ctx: _Context, inventory: Inventory, hosts: Sequence[Host]) -> list[dict[str, Any]]:
+    limit = asyncio.Semaphore(ctx.args.forks)
+
+    async def one(host: Host) -> dict[str, Any]:
+        import time
+
+        from remote_bash.errors import RemoteBashError
+
+        async with limit:
+            started = time.monotonic()
+            session, _redactor = await _session(ctx, inventory, host.name)
+            try:
+                await session.start()
+                info = session.info
+                assert info is not None
+                return {"host": host.name, "ok": True, "address": info.address, "user": info.user,
+                        "host_key": info.host_key, "os": info.os, "bash_version": info.bash_version,
+                        "duration": round(time.monotonic() - started, 3)}
+            except RemoteBashError as exc:
+                return {"host": host.name, "ok": False, "error": _one_line(exc.message),
+                        "error_type": type(exc).__name__, "duration": round(time.monotonic() - started, 3)}
+            finally:
+                await session.close()
+
+    return list(await asyncio.gather(*(one(h) for h in hosts)))
+
+
+# -- credentials and audit -----------------------------------------------------------------------------
+
+
+def _cmd_credentials(ctx: _Context) -> int:
+    from remote_bash.credentials import delete_secret, set_secret
+
+    name: str = ctx.args.host
+    inventory = ctx.load()
+    if inventory is not None:
+        inventory.host(name)  # SelectionError (with close matches) for a typo
+    if ctx.args.action == "delete":
+        delete_secret(name)
+        _out(f"deleted the stored secret of {name}\n")
+        return 0
+    if sys.stdin.isatty():
+        import getpass
+
+        secret = getpass.getpass(f"Secret for {name} (key passphrase, or password): ")
+        if getpass.getpass("Again: ") != secret:
+            _err(f"{PROG}: the two entries differ; nothing was stored")
+            return EXIT_FAILED
+    else:
+        secret = sys.stdin.readline().rstrip("\r\n")
+    if not secret:
+        _err(f"{PROG}: the secret is empty; nothing was stored")
+        return EXIT_FAILED
+    set_secret(name, secret)
+    _out(f"stored the secret of {name} in the OS keyring (service 'remote-bash')\n")
+    return 0
+
+
+def _cmd_audit(ctx: _Context) -> int:
+    log = ctx.audit_log()
+    host: str = ctx.args.host
+    if ctx.args.action == "verify":
+        if not log.files(host):
+            _err(f"{PROG}: no audit log for {host} in {log.directory}")
+            return EXIT_FAILED
+        report = log.verify(host)
+        for problem in report.problems:
+            _out(problem + "\n")
+        verdict = "intact" if report.ok else f"TAMPERED or damaged: {len(report.problems)} problem(s)"
+        _out(f"{host}: {report.records} records in {len(report.files)} file(s): {verdict}\n")
+        return 0 if report.ok else EXIT_FAILED
+    from remote_bash.audit import format_records
+
+    records = log.read(host, since=ctx.args.since, session_id=ctx.args.session,
+                       tool_use_id=ctx.args.tool_use_id)
+    if ctx.args.json:
+        _out("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    else:
+        _out("".join(line + "\n" for line in format_records(records)))
+    if not records and not log.files(host):
+        _err(f"{PROG}: no audit log for {host} in {log.directory}")
+    return 0

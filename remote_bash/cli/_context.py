@@ -1,0 +1,131 @@
+"""What every command needs from the global options: inventory, audit log, credentials, sessions."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+from ._output import PROG, _UsageError
+from ._sandbox import _sandbox_for_command
+
+if TYPE_CHECKING:
+    from remote_bash._ssh import Credentials
+    from remote_bash.audit import AuditLog
+    from remote_bash.inventory import Inventory
+    from remote_bash.models import Host
+    from remote_bash.redact import Redactor
+    from remote_bash.session import AuditSink, RemoteBashSession
+
+
+class _Context:
+    """What every command needs from the global options."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.env = os.environ
+        self.allow: str | None = args.allow
+        self.debug: bool = args.debug
+
+    @property
+    def audit_dir(self) -> Path:
+        if self.args.audit_dir:
+            return Path(self.args.audit_dir).expanduser()
+        from remote_bash.audit import default_audit_dir
+
+        return default_audit_dir(self.env)
+
+    def inventory_path(self) -> Path | None:
+        from remote_bash.inventory import default_inventory_path
+
+        return default_inventory_path(self.args.inventory, self.env)
+
+    def load(self) -> Inventory | None:
+        """The configured inventory, or None when there is none (the sandbox host is used)."""
+        path = self.inventory_path()
+        if path is None:
+            return None
+        from remote_bash.inventory import load_inventory
+
+        return load_inventory(path)
+
+    @contextlib.contextmanager
+    def inventory(self) -> Iterator[Inventory]:
+        """The inventory; with none configured, one holding the ``sandbox`` host, running for the duration."""
+        loaded = self.load()
+        if loaded is not None:
+            yield loaded
+            return
+        with _sandbox_for_command(self.env) as inventory:
+            yield inventory
+
+    def audit_log(self, redactor: Redactor | None = None) -> AuditLog:
+        from remote_bash.audit import AuditLog
+
+        return AuditLog(self.audit_dir, redactor=redactor)
+
+    def audit(self, redactor: Redactor | None) -> AuditSink:
+        # AuditLog.awrite takes host and event positional-only, which session.AuditSink does not
+        # spell out; the call sites pass them positionally, so the cast is sound.
+        return cast("AuditSink", self.audit_log(redactor))
+
+
+def _pick_host(inventory: Inventory, name: str | None) -> str:
+    if name:
+        return name
+    if len(inventory.hosts) == 1:
+        return next(iter(inventory.hosts))
+    raise _UsageError(f"name a host: the inventory {inventory.path} has {len(inventory.hosts)} hosts "
+                      f"(see '{PROG} hosts')")
+
+
+async def _session(ctx: _Context, inventory: Inventory, name: str) -> tuple[RemoteBashSession, Redactor]:
+    """A session to ``name`` (not connected yet) and its redactor, which also masks the host's keyring
+    secrets, so a command that prints one never shows it on screen or in the audit log."""
+    from remote_bash.access import open_session
+    from remote_bash.redact import Redactor
+
+    host = inventory.hosts.get(name)
+    creds = await _credentials(ctx, inventory, [host] if host is not None else [])
+    redactor = Redactor(host.redact if host is not None else (), _literals(creds.values()))
+    session = open_session(inventory, name, allow=ctx.allow, audit=ctx.audit(redactor), redactor=redactor,
+                           credentials=_source(creds))
+    return session, redactor
+
+
+async def _credentials(ctx: _Context, inventory: Inventory, hosts: Sequence[Host]) -> dict[str, Credentials]:
+    """The credentials of ``hosts`` and their jump hosts, looked up now, so their secrets are known to
+    the redactors. Hosts the gate will refuse are left out: the keyring is not even asked for them."""
+    from remote_bash.access import jump_chain
+    from remote_bash.credentials import acredentials_for
+    from remote_bash.errors import SelectionError
+
+    try:
+        allowed = {h.name for h in inventory.select(ctx.allow)} if ctx.allow else set(inventory.hosts)
+    except SelectionError:
+        return {}  # the gate says why
+    hops: dict[str, Host] = {}
+    for host in hosts:
+        chain = [*jump_chain(inventory, host), host]
+        if all(hop.name in allowed for hop in chain):
+            hops.update((hop.name, hop) for hop in chain)
+    found = await asyncio.gather(*(acredentials_for(hop) for hop in hops.values()))
+    return dict(zip(hops, found, strict=True))
+
+
+def _literals(creds: Iterable[Credentials]) -> list[str]:
+    # A very short secret would mask every occurrence of a common string: it is not worth hiding.
+    return [s for c in creds for s in (c.password, c.passphrase) if s and len(s) >= 4]
+
+
+def _source(known: dict[str, Credentials]) -> Callable[[Host], Awaitable[Credentials]]:
+    from remote_bash.credentials import acredentials_for
+
+    async def credentials(hop: Host) -> Credentials:
+        return known[hop.name] if hop.name in known else await acredentials_for(hop)
+
+    return credentials

@@ -1,0 +1,210 @@
+"""``exec`` (one command, exit with its status) and ``shell`` (an interactive line-by-line prompt)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ._context import _Context, _pick_host, _session
+from ._output import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_TIMEOUT,
+    PROG,
+    _err,
+    _exit_code,
+    _one_line,
+    _out,
+    _UsageError,
+)
+
+if TYPE_CHECKING:
+    from remote_bash.inventory import Inventory
+    from remote_bash.models import CommandResult
+    from remote_bash.redact import Redactor
+    from remote_bash.session import RemoteBashSession
+
+
+def _command_text(args: argparse.Namespace, example: str) -> str:
+    words: list[str] | None = args.words
+    if not words or not " ".join(words).strip():
+        raise _UsageError(f"no command: put it after '--', e.g. {example}")
+    return " ".join(words)
+
+
+def _cmd_exec(ctx: _Context) -> int:
+    command = _command_text(ctx.args, f"{PROG} exec web-1 -- uptime")
+    with ctx.inventory() as inventory:
+        name = _pick_host(inventory, ctx.args.host)
+        return asyncio.run(_exec(ctx, inventory, name, command))
+
+
+async def _exec(ctx: _Context, inventory: Inventory, name: str, command: str) -> int:
+    session, redactor = await _session(ctx, inventory, name)
+    as_json: bool = ctx.args.json
+    echo = _Echo(redactor)
+    result: CommandResult | None = None
+    try:
+        result = await _run_one(session, command, ctx.args.timeout, None if as_json else echo.feed)
+    finally:
+        if not as_json:
+            echo.finish(result)
+        await session.close()
+    if as_json:
+        _out(json.dumps({"host": name, **result.model_dump(mode="json")}, ensure_ascii=False) + "\n")
+    return _status(name, result)
+
+
+async def _run_one(session: RemoteBashSession, command: str, deadline: float | None,
+                   on_output: Callable[[str], None] | None) -> CommandResult:
+    """Run one command; a refusal is audited and re-raised."""
+    from remote_bash.errors import AccessDenied, HostNotAllowed
+
+    try:
+        return await session.run(command, deadline, on_output=on_output)
+    except AccessDenied as exc:
+        if not isinstance(exc, HostNotAllowed):  # the gate audits its own refusals
+            await session.audit_denied(exc, command, None)
+        raise
+
+
+class _Echo:
+    """Streams a command's output to stdout, redacted as it goes.
+
+    When the shell exits mid-call (``exit 3``), the session hands the last bytes it held back
+    only to the result, not to ``on_output``: they are printed from the result here.
+    """
+
+    def __init__(self, redactor: Redactor) -> None:
+        self.stream = redactor.stream()
+        self.count = 0
+        self.tail = ""
+
+    def feed(self, text: str) -> None:
+        self._write(self.stream.feed(text))
+
+    def finish(self, result: CommandResult | None) -> None:
+        self._write(self.stream.flush())
+        if result is None or not result.shell_lost or result.truncated:
+            return
+        out, count = result.output, self.count
+        if len(out) > count and out[count - len(self.tail) : count] == self.tail:
+            self._write(out[count:])
+
+    def _write(self, text: str) -> None:
+        if text:
+            _out(text)
+            self.count += len(text)
+            self.tail = (self.tail + text)[-200:]
+
+
+def _status(name: str, result: CommandResult) -> int:
+    """The exit status for a command's result, with a line on stderr when it did not simply end."""
+    if result.timed_out:
+        _err(f"{PROG}: {name}: the command did not finish within {result.timeout:g} s and was killed")
+        return EXIT_TIMEOUT
+    if result.exit_code is None:
+        _err(f"{PROG}: {name}: the shell ended abnormally (killed by a signal)")
+        return EXIT_ERROR
+    return result.exit_code
+
+
+def _cmd_shell(ctx: _Context) -> int:
+    with ctx.inventory() as inventory:
+        name = _pick_host(inventory, ctx.args.host)
+        return asyncio.run(_shell(ctx, inventory, name))
+
+
+async def _shell(ctx: _Context, inventory: Inventory, name: str) -> int:
+    from remote_bash.errors import AccessDenied, RemoteBashError
+
+    session, redactor = await _session(ctx, inventory, name)
+    tty = sys.stdin.isatty()
+    loop = asyncio.get_running_loop()
+    running: list[asyncio.Task[CommandResult]] = []
+
+    def interrupt() -> None:
+        if running:
+            running[0].cancel()
+        elif tty:
+            _err("\n(type :exit or press Ctrl-D to leave)")
+
+    status = 0
+    try:
+        await session.start()
+        info = session.info
+        if info is not None:
+            _err(f"connected to {name} ({info.user}@{info.address}, {info.os}, bash {info.bash_version}). "
+                 "Meta-commands: :restart, :exit (or Ctrl-D)")
+        loop.add_signal_handler(signal.SIGINT, interrupt)
+        while True:
+            line = await _read_line(f"{name}$ " if tty else None)
+            if line is None or line.strip() in (":exit", ":quit"):
+                break
+            if not line.strip():
+                continue
+            if line.strip() == ":restart":
+                try:
+                    restarted = await session.restart()
+                except RemoteBashError as exc:
+                    _err(f"[error: {_one_line(str(exc))}]")
+                    status = _exit_code(exc)
+                else:
+                    _err(f"restarted: a fresh shell (pid {restarted.shell_pid})")
+                continue
+            echo = _Echo(redactor)
+            task = asyncio.create_task(_run_one(session, line, ctx.args.timeout, echo.feed))
+            running.append(task)
+            try:
+                await asyncio.wait([task])
+            finally:
+                running.clear()
+                done = task.done() and not task.cancelled() and task.exception() is None
+                echo.finish(task.result() if done else None)
+            if task.cancelled():
+                _err("[interrupted: the command was killed]")
+                status = EXIT_INTERRUPTED
+                continue
+            try:
+                result = task.result()
+            except AccessDenied as exc:
+                _err(f"[refused: {exc.message}]")
+                status = _exit_code(exc)
+                continue
+            except RemoteBashError as exc:
+                _err(f"[error: {_one_line(str(exc))}]")
+                status = _exit_code(exc)
+                continue
+            if result.timed_out:
+                _err(f"[timed out after {result.timeout:g} s: the command was killed]")
+                status = EXIT_TIMEOUT
+            elif result.shell_lost:
+                _err(f"[the shell exited (status {result.exit_code}); the next command gets a fresh one]")
+                status = result.exit_code if result.exit_code is not None else EXIT_ERROR
+            else:
+                status = result.exit_code if result.exit_code is not None else EXIT_ERROR
+                if status:
+                    _err(f"[exit {status}]")
+    finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGINT)
+        await session.close()
+    return status
+
+
+async def _read_line(prompt: str | None) -> str | None:
+    """One line from stdin without blocking the event loop; None at end of input."""
+    if prompt is not None:
+        try:
+            return await asyncio.to_thread(input, prompt)
+        except EOFError:
+            _err("")
+            return None
+    line = await asyncio.to_thread(sys.stdin.readline)
+    return line.rstrip("\n") if line else None

@@ -1,0 +1,104 @@
+"""What the command line shows: stdout and stderr writers, tables, durations, and exit statuses.
+
+The lowest layer of the CLI: it imports nothing else of the package at import time. Every byte the
+``remote-bash`` command prints goes through :func:`_out` or :func:`_err`, and every error becomes
+one of the exit statuses here (:func:`_exit_code`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+PROG = "remote-bash"
+
+EXIT_FAILED = 1
+"""check/audit verify/credentials found a problem; fleet: the command failed on some host."""
+EXIT_USAGE = 2
+"""Bad arguments, or no Anthropic API key for ``run``."""
+EXIT_TIMEOUT = 124
+"""The command outran its deadline and was killed."""
+EXIT_ERROR = 125
+"""remote_bash itself failed: config, connect, authentication, host key, audit, lost connection."""
+EXIT_REFUSED = 126
+"""The command policy refused the command; nothing was sent."""
+EXIT_NOT_ALLOWED = 127
+"""The host is unknown or outside the allowlist; nothing was connected."""
+EXIT_INTERRUPTED = 130
+"""Interrupted (Ctrl-C); the remote command was killed."""
+FLEET_EXIT_CODES = f"""exit status:
+  0    the command exited 0 on every host
+  1    it failed, or was refused by the command policy, on some host
+  2    on some host it did not run to its end: unreachable, timed out, lost, or skipped by --fail-fast
+  {EXIT_ERROR}  remote-bash error before any host was worked on (inventory, audit)
+  {EXIT_NOT_ALLOWED}  the pattern names an unknown host or group
+  {EXIT_INTERRUPTED}  interrupted with Ctrl-C (running commands were killed)
+  fleet run: 0 when Claude finished on every host and the last command there succeeded; 1 when
+  Claude finished but a host's last command failed; 2 when a conversation did not finish, or a
+  host was unreachable or skipped"""
+
+EXIT_CODES = f"""exit status:
+  the command's own status (exec, shell), or 0 on success
+  {EXIT_FAILED}    a check, verification or fleet host failed
+  {EXIT_USAGE}    usage error, or no Anthropic API key for run
+  {EXIT_TIMEOUT}  the command timed out and was killed
+  {EXIT_ERROR}  remote-bash error: inventory, connect, authentication, host key, audit
+  {EXIT_REFUSED}  the command policy refused the command (nothing was sent)
+  {EXIT_NOT_ALLOWED}  unknown host, or outside --allow (nothing was connected)
+  {EXIT_INTERRUPTED}  interrupted with Ctrl-C (the remote command was killed)"""
+
+
+# -- output ------------------------------------------------------------------------------------------
+
+
+def _out(text: str) -> None:
+    if text:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+def _err(text: str) -> None:
+    sys.stderr.write(text if text.endswith("\n") else text + "\n")
+    sys.stderr.flush()
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _table(rows: Sequence[Sequence[str]]) -> str:
+    sizes = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ("  ".join(c.ljust(s) for c, s in zip(row, sizes, strict=True)).rstrip() for row in rows)
+    return "".join(line + "\n" for line in lines)
+
+
+def _duration(seconds: float) -> str:
+    """1 ms, 250 ms, 1.25 s: what a person reads at a glance."""
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+# -- errors and exit statuses ---------------------------------------------------------------------------
+
+
+class _UsageError(Exception):
+    """A mistake in the command line: exit 2."""
+
+
+class _NoApiKey(Exception):
+    """``run`` without credentials for the Anthropic API: exit 2."""
+
+
+def _exit_code(exc: BaseException) -> int:
+    from remote_bash.errors import CommandTimeout, HostNotAllowed, PolicyDenied, RemoteBashError, SelectionError
+
+    if isinstance(exc, CommandTimeout):
+        return EXIT_TIMEOUT
+    if isinstance(exc, PolicyDenied):
+        return EXIT_REFUSED
+    if isinstance(exc, HostNotAllowed | SelectionError):
+        return EXIT_NOT_ALLOWED
+    if isinstance(exc, RemoteBashError):
+        return EXIT_ERROR
+    if isinstance(exc, _UsageError | _NoApiKey):
+        return EXIT_USAGE
+    return EXIT_FAILED

@@ -1,0 +1,160 @@
+"""``run``: Claude does a task on one host with the bash tool, shown live as it happens.
+
+The agent module (and with it the anthropic SDK) is imported only when a run starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._context import _Context, _pick_host, _session
+from ._output import EXIT_FAILED, EXIT_INTERRUPTED, PROG, _duration, _err, _NoApiKey, _out, _UsageError
+
+if TYPE_CHECKING:
+    from remote_bash.inventory import Inventory
+    from remote_bash.redact import Redactor
+
+
+def _require_api_key(env: Mapping[str, str]) -> None:
+    if env.get("ANTHROPIC_API_KEY") or env.get("ANTHROPIC_AUTH_TOKEN") or env.get("ANTHROPIC_BASE_URL"):
+        return
+    raise _NoApiKey(
+        "no Anthropic API key: set ANTHROPIC_API_KEY (export ANTHROPIC_API_KEY=sk-ant-...; keys are at "
+        f"https://console.anthropic.com/settings/keys). '{PROG} exec HOST -- COMMAND' works without a key"
+    )
+
+
+def _task_text(args: argparse.Namespace, *, optional: bool = False) -> str:
+    task = " ".join(args.words) if args.words else (args.task or "")
+    if not task.strip() and not optional:
+        raise _UsageError(f'no task: {PROG} run "what Claude should do"')
+    return task
+
+
+def _cmd_run(ctx: _Context) -> int:
+    _require_api_key(ctx.env)
+    resume = Path(ctx.args.resume).expanduser() if ctx.args.resume else None
+    task = _task_text(ctx.args, optional=resume is not None)
+    with ctx.inventory() as inventory:
+        name = _pick_host(inventory, ctx.args.host)
+        return asyncio.run(_run(ctx, inventory, name, task, resume))
+
+
+async def _run(ctx: _Context, inventory: Inventory, name: str, task: str, resume: Path | None) -> int:
+    from remote_bash.agent import AgentConfig, run_agent
+
+    options: dict[str, Any] = {}
+    if ctx.args.model:
+        options["model"] = ctx.args.model
+    if ctx.args.max_turns:
+        options["max_turns"] = ctx.args.max_turns
+    session, redactor = await _session(ctx, inventory, name)
+    view = _AgentView(redactor, as_json=ctx.args.json, tty=sys.stdout.isatty())
+    try:
+        outcome = await run_agent(task, session, AgentConfig(**options), on_event=view, resume=resume)
+    finally:
+        await session.close()
+    view.finish(outcome)
+    if outcome.stop_reason == "interrupted":
+        return EXIT_INTERRUPTED
+    return 0 if outcome.stop_reason == "end_turn" else EXIT_FAILED
+
+
+class _AgentView:
+    """Shows an agent run as it happens: Claude's text, each command, a few lines of its output
+    (all of it goes to the transcript), its exit status and duration; or JSON lines with ``--json``.
+    Output is redacted here, as the session's streamed chunks are raw."""
+
+    LINES = 6
+
+    def __init__(self, redactor: Redactor, *, as_json: bool, tty: bool) -> None:
+        self.redactor = redactor
+        self.as_json = as_json
+        self.tty = tty
+        self.stream = redactor.stream()
+        self.shown = 0
+        self.hidden = 0
+        self.at_line_start = True
+
+    def __call__(self, event: Any) -> None:
+        kind: str = event.kind
+        if kind == "output":
+            text = self.stream.feed(event.text)
+        elif kind == "result":
+            text = self.stream.flush()
+        else:
+            text = event.text
+        if self.as_json:
+            self._json(event, text)
+        elif kind == "text":
+            self._write(text)
+        elif kind == "command":
+            self.stream = self.redactor.stream()
+            self.shown = self.hidden = 0
+            shown = "(restart the shell)" if event.command is None else self.redactor.redact(event.command)
+            self._write(("" if self.at_line_start else "\n") + self._style("$ " + shown, "1;36") + "\n")
+        elif kind in ("output", "result"):
+            self._lines(text)
+            if kind == "result":
+                self._result(event)
+
+    def _json(self, event: Any, text: str) -> None:
+        record: dict[str, Any] = {"event": event.kind}
+        if event.kind in ("text", "output", "result", "stop", "error") and text:
+            record["text"] = text if event.kind != "result" else self.redactor.redact(event.text)
+        for key in ("tool_use_id", "command", "exit_code", "duration", "cost_usd"):
+            value = getattr(event, key)
+            if value is not None:
+                record[key] = self.redactor.redact(value) if key == "command" else value
+        if event.kind == "result":
+            record["is_error"] = event.is_error
+        if event.usage is not None:
+            record["usage"] = event.usage.model_dump()
+        if event.kind != "output" or text:
+            _out(json.dumps(record, ensure_ascii=False) + "\n")
+
+    def _lines(self, text: str) -> None:
+        for line in text.splitlines():
+            if self.shown < self.LINES:
+                self.shown += 1
+                self._write(self._style("  " + line[:200], "2") + "\n")
+            else:
+                self.hidden += 1
+
+    def _result(self, event: Any) -> None:
+        if self.hidden:
+            self._write(self._style(f"  ... {self.hidden} more lines (in the transcript)", "2") + "\n")
+        took = _duration(event.duration) if event.duration is not None else ""
+        if event.exit_code is not None:
+            note = f"exit {event.exit_code}, {took}"
+        else:
+            note = self.redactor.redact(event.text.splitlines()[-1] if event.text else "error") + f", {took}"
+        bad = event.is_error or bool(event.exit_code)
+        self._write(self._style(f"  [{note}]", "31" if bad else "32") + "\n")
+
+    def _style(self, text: str, code: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if self.tty else text
+
+    def _write(self, text: str) -> None:
+        if text:
+            _out(text)
+            self.at_line_start = text.endswith("\n")
+
+    def finish(self, outcome: Any) -> None:
+        usage = outcome.usage
+        if self.as_json:
+            record = {"event": "outcome", **outcome.model_dump(mode="json")}
+            _out(json.dumps(record, ensure_ascii=False) + "\n")
+            return
+        if not self.at_line_start:
+            _out("\n")
+        _err(f"\n{outcome.message}. {outcome.turns} turns; tokens: {usage.input_tokens:,} in, "
+             f"{usage.cache_read_input_tokens:,} cached, {usage.cache_creation_input_tokens:,} cache writes, "
+             f"{usage.output_tokens:,} out; estimated cost ${outcome.cost_usd:.4f}\n"
+             f"transcript: {outcome.transcript} (continue with --resume)")
