@@ -25,6 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 __all__ = [
+    "NULL_FD",
     "SENTINEL_FD",
     "SHELL_COMMAND",
     "CallToken",
@@ -104,7 +105,7 @@ class CallToken:
 
 @dataclass(frozen=True)
 class ShellNames:
-    """Per-shell names of the two framing functions, unguessable so no command collides with them."""
+    """The per-shell name of the framing function, unguessable so no command collides with it."""
 
     suffix: str
 
@@ -113,48 +114,54 @@ class ShellNames:
         return cls(secrets.token_hex(2))
 
     @property
-    def before(self) -> str:
-        return f"_rbb{self.suffix}"
-
-    @property
     def after(self) -> str:
         return f"_rba{self.suffix}"
+
+
+NULL_FD = 18
+"""A descriptor the shell keeps open on /dev/null: each call's stdin, and where framing noise goes
+(a dup is cheaper than opening /dev/null twice per call)."""
 
 
 def frame_command(command: str, token: CallToken, names: ShellNames) -> bytes:
     """The bytes to send to the shell to run ``command`` as one call.
 
-    One line, kept short because bash reads a pipe one byte at a time: the command as a
-    quoted word, the "before" function (tags the call, prepares ``set -x``/``-v``), the
-    ``eval`` at top level (so ``declare``, ``cd`` and ``export`` persist), and the "after"
-    function inside a silenced group (captures ``$?``, suspends tracing, writes the sentinel).
-    The status capture shares the eval's line on purpose: after a syntax error inside
-    ``eval``, bash misreads a reserved word that starts the next line.
+    One line, kept short and cheap (bash reads a pipe one byte at a time, and every redirection
+    costs system calls): the command as one quoted word; the call's process tag; the ``eval`` at
+    top level (so ``declare``, ``cd`` and ``export`` persist) inside a one-iteration loop that the
+    abort signal's trap breaks out of, with stdin on /dev/null; then the framing function in a
+    silenced group: it captures ``$?``, suspends ``set -x``/``-v``, prepares the next call and
+    writes the sentinel. The status capture shares the eval's line on purpose: after a syntax
+    error inside ``eval``, bash misreads a reserved word that starts the next line.
     """
     if "\x00" in command:
         raise ValueError("the command contains a NUL byte, which bash cannot pass on")
     if _SURROGATE.search(command):
         raise ValueError("the command contains a lone surrogate code point, which is not valid text")
     return (
-        f"_rbc={shell_quote(command)};{names.before} {token.call_id};"
-        f'for _rbl in 1;do eval "$_rbp$_rbc" </dev/null;done;{{ {names.after} {token.second};}} 2>/dev/null\n'
+        f"_rbc={shell_quote(command)};{CALL_ENV}={token.call_id};"
+        f'for _rbl in 1;do eval "$_rbp$_rbc" <&{NULL_FD};done;'
+        f"{{ {names.after} {token.call_id} {token.second};}} 2>&{NULL_FD}\n"
     ).encode()
 
 
 def _functions(names: ShellNames) -> list[str]:
+    # Runs after every call (and once at start-up): it also readies the shell for the next call,
+    # undoing what a command may have changed that the frame relies on: functions shadowing
+    # `builtin` or `eval`, the export of the process tag, the abort trap; and it computes the
+    # `set -x`/`-v` prefix that gives the next command the tracing its predecessor left on.
     return [
-        f"{names.before}() {{ unset -f builtin eval 2>/dev/null; builtin export {CALL_ENV}=$1; _rbi=$1; "
+        f"{names.after}() {{ _rbs=$?; _rbf=$-; unset -f builtin eval; builtin set +xv; "
+        f"builtin unset -v _rbc; builtin export {CALL_ENV}=; "
         f"builtin trap 'break 1000 2>/dev/null' {ABORT_SIGNAL}; "
-        'case ${_rbf-} in *[xv]*) _rbp="builtin set -${_rbf//[!xv]/}"$\'\\n\';; *) _rbp=;; esac; }',
-        f"{names.after}() {{ _rbs=$?; _rbf=$-; unset -f builtin 2>/dev/null; builtin set +xv; "
-        f"builtin unset -v {CALL_ENV} _rbc; "
-        f"builtin printf '\\036RB%s%s:%s\\036' \"$_rbi\" \"$1\" \"$_rbs\" >&{SENTINEL_FD}; }}",
+        'case $_rbf in *[xv]*) _rbp="builtin set -${_rbf//[!xv]/}"$\'\\n\';; *) _rbp=;; esac; '
+        f"builtin printf '\\036RB%s%s:%s\\036' \"$1\" \"$2\" \"$_rbs\" >&{SENTINEL_FD}; }}",
     ]
 
 
 def init_script(token: CallToken, names: ShellNames, env: dict[str, str], ulimits: list[tuple[str, int]],
                 nice: int | None) -> bytes:
-    """The first frame: descriptors, framing functions, environment, limits, then a line of
+    """The first frame: descriptors, the framing function, environment, limits, then a line of
     facts and the sentinel.
 
     Its output holds ``RBINFO <pid>|<bash version>|<uname -srm>|<user>`` and one ``RBERR <what>``
@@ -162,7 +169,7 @@ def init_script(token: CallToken, names: ShellNames, env: dict[str, str], ulimit
     """
     lines = [
         "builtin set +o history 2>/dev/null",
-        f"exec {SENTINEL_FD}>&1",
+        f"exec {SENTINEL_FD}>&1 {NULL_FD}<>/dev/null",
         "builtin unset HISTFILE PROMPT_COMMAND",
         *_functions(names),
     ]
@@ -181,7 +188,7 @@ def init_script(token: CallToken, names: ShellNames, env: dict[str, str], ulimit
         "builtin printf 'RBINFO %s|%s|%s|%s\\n' \"$$\" \"$BASH_VERSION\" "
         "\"${OSTYPE-} ${_rbk:-?} ${HOSTTYPE-}\" \"${USER:-${LOGNAME-}}\""
     )
-    lines.append(f"_rbi={token.call_id}; _rbs=0; {names.after} {token.second}")
+    lines.append(f"{{ {names.after} {token.call_id} {token.second};}} 2>&{NULL_FD}")
     return ("\n".join(lines) + "\n").encode()
 
 
