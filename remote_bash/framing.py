@@ -171,6 +171,10 @@ def init_script(token: CallToken, names: ShellNames, env: dict[str, str], ulimit
         "builtin set +o history 2>/dev/null",
         f"exec {SENTINEL_FD}>&1 {NULL_FD}<>/dev/null",
         "builtin unset HISTFILE PROMPT_COMMAND",
+        # A command substitution whose child dies of SIGINT makes a non-interactive bash kill
+        # itself with SIGINT; a (non-ignoring) trap keeps the shell, and children still get
+        # the default action.
+        "builtin trap : INT",
         *_functions(names),
     ]
     merged = {**NONINTERACTIVE_ENV, **env}
@@ -362,13 +366,16 @@ def exit_frame(script: str) -> bytes:
 
 
 def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_pid: int | None = None,
-                exclude_self: bool = False) -> str:
+                exclude_self: bool = False, below: int | None = None, untagged_only: bool = False) -> str:
     """A POSIX sh script that signals every process whose environment holds ``match``
     (``NAME=value``), and ``also_pid`` if given, then prints ``RBKILL <count>`` of the
     processes it found. ``signal`` ``0`` only counts.
 
     Processes are found through /proc/PID/environ, so children, grandchildren and processes
-    that left the shell's process group are all found, and nothing of another call is.
+    that left the shell's process group are all found, and nothing of another call is. With
+    ``below``, the descendants of that pid (through /proc/PID/stat) are added too: all of them,
+    or with ``untagged_only`` those that carry no call tag at all (a command that cleared its
+    environment, ``env -i`` or ``sudo``, would otherwise escape).
     """
     if not re.fullmatch(r"[A-Z_]+=[A-Za-z0-9_]+", match):
         raise ValueError(f"bad process tag {match!r}")
@@ -376,10 +383,23 @@ def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_p
         raise ValueError(f"bad signal {signal!r}")
     extra = f"kill -0 {also_pid} 2>/dev/null && p=\"$p {also_pid}\"\n" if also_pid else ""
     abort = f"kill -s {ABORT_SIGNAL} {abort_pid} 2>/dev/null\n" if abort_pid else ""
+    tree = ""
+    if below:
+        keep = (f'grep -qsz "^{CALL_ENV}=." "/proc/$x/environ" && continue; ' if untagged_only else "")
+        tree = (
+            # pid and parent pid of every process, then the descendants of `below`.
+            "d=$(awk '{ s = $0; sub(/^.*\\) /, \"\", s); split(s, f, \" \"); print $1, f[2] }' "
+            "/proc/[0-9]*/stat 2>/dev/null | awk -v r=" + str(below) + " '{ k[$2] = k[$2] \" \" $1 } "
+            "END { q = r; while (q != \"\") { n = split(q, a, \" \"); q = \"\"; for (i = 1; i <= n; i++) "
+            "{ m = split(k[a[i]], c, \" \"); for (j = 1; j <= m; j++) { print c[j]; q = q \" \" c[j] } } } }')\n"
+            f"for x in $d; do [ \"$x\" = \"$$\" ] && continue; {keep}"
+            'case " $p " in *" $x "*) ;; *) p="$p $x";; esac; done\n'
+        )
     return (
         f"{abort}"
         f"p=$(cd /proc 2>/dev/null && grep -lsxzF '{match}' [0-9]*/environ 2>/dev/null | sed 's,/environ,,')\n"
         f"{extra}"
+        f"{tree}"
         + ('q=; for x in $p; do [ "$x" = "$$" ] || q="$q $x"; done; p=$q\n' if exclude_self else "")
         + "set -- $p\n"
         f"if [ $# -gt 0 ] && [ {signal} != 0 ]; then kill -s {signal} \"$@\" 2>/dev/null; fi\n"

@@ -398,7 +398,7 @@ class _Parser:
             self._nested()
         elif after == "{":
             self.pos += 2
-            self._braced()
+            self._braced(in_dquotes=quoted)
         elif after == "'" and not quoted:  # $'...' may spell any name with escapes
             self.pos += 2
             while not text.startswith("'", self.pos):
@@ -469,8 +469,12 @@ class _Parser:
                 self.pos += 2 if char == "\\" else 1
         raise _ParseError("an arithmetic '((' is never closed")
 
-    def _braced(self) -> None:
-        """``${...}``: may hold quotes and substitutions, and nested braces."""
+    def _braced(self, *, in_dquotes: bool) -> None:
+        """``${...}``: may hold quotes and substitutions, and nested braces.
+
+        Inside double quotes, a single quote in ``${x:-'...'}`` is an ordinary character and a
+        ``$(...)`` between such quotes still runs, so there they are not skipped as quotes.
+        """
         text, depth = self.text, 0
         while self.pos < len(text):
             char = text[self.pos]
@@ -481,6 +485,8 @@ class _Parser:
                 depth -= 1
             elif char == "{":
                 depth += 1
+                self.pos += 1
+            elif char == "'" and in_dquotes:
                 self.pos += 1
             elif char == "'":
                 end = text.find("'", self.pos + 1)

@@ -191,6 +191,7 @@ class RemoteBashSession:
         self._between: bytearray = bytearray()
         self._names = framing.ShellNames.new()
         self._orphaned = False
+        self._running: asyncio.Task[Any] | None = None
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -214,6 +215,7 @@ class RemoteBashSession:
         if self.state is SessionState.CLOSED:
             return
         self.state = SessionState.CLOSED
+        await self._interrupt_running()
         async with self._lock:
             await self._drop_shell(kill=True)
             if self._conn is not None:
@@ -224,11 +226,31 @@ class RemoteBashSession:
     async def restart(self) -> RemoteInfo:
         """Kill the shell and everything it started, and start a clean one."""
         self._check_open()
+        await self._interrupt_running()
         async with self._lock:
             await self._drop_shell(kill=True)
             await self._ensure_shell()
             assert self.info is not None
             return self.info
+
+    async def _interrupt_running(self) -> None:
+        """Cancel the call in flight, if any (its remote command is killed), and wait for it."""
+        task = self._running
+        if task is None or task.done() or task is asyncio.current_task():
+            return
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(asyncio.shield(task), 15)
+
+    async def _abandon(self, conn: SshConnection) -> None:
+        """Drop a connection that stopped answering; the next connect cleans up after it."""
+        self._shell = None
+        self._call = None
+        self._orphaned = True
+        if self._conn is conn:
+            self._conn = None
+        with contextlib.suppress(Exception):
+            await conn.close()
 
     def _check_open(self) -> None:
         if self.state is SessionState.CLOSED:
@@ -271,8 +293,15 @@ class RemoteBashSession:
         self._call = startup
         ulimits = _ulimits(self.host)
         env = {**self.host.env, "REMOTE_BASH_SESSION": self.session_id}
-        shell.write(framing.init_script(token, self._names, env, ulimits, self.host.limits.nice))
-        await asyncio.wait([startup.done], timeout=self.host.connect_timeout)
+        try:
+            shell.write(framing.init_script(token, self._names, env, ulimits, self.host.limits.nice))
+            await asyncio.wait([startup.done], timeout=self.host.connect_timeout)
+        except BaseException:
+            # Cancelled or failed half-way: this shell's start-up output must not reach a call.
+            self._call = None
+            self._shell = None
+            shell.close()
+            raise
         self._call = None
         text = bytes(startup.capture.head).decode("utf-8", "replace")
         if not startup.finished:
@@ -337,12 +366,14 @@ class RemoteBashSession:
                 # The idle shell replaces itself with the kill script: no second channel needed.
                 shell.on_data = lambda _data: None
                 with contextlib.suppress(RemoteBashError):
-                    shell.write(framing.exit_frame(framing.kill_script(tag, "KILL", exclude_self=True)))
+                    shell.write(framing.exit_frame(framing.kill_script(
+                        tag, "KILL", exclude_self=True, below=self.info.shell_pid)))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(shell.closed.wait(), 2)
             if not shell.closed.is_set():
                 with contextlib.suppress(RemoteBashError):
-                    await conn.run_side(framing.kill_script(tag, "KILL", also_pid=self.info.shell_pid), timeout=5)
+                    await conn.run_side(framing.kill_script(tag, "KILL", also_pid=self.info.shell_pid,
+                                                            below=self.info.shell_pid), timeout=5)
         shell.close()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(shell.closed.wait(), 2)
@@ -375,10 +406,15 @@ class RemoteBashSession:
         deadline_s = self.clamp_timeout(timeout)
         self._check_policy(command)
         async with self._lock:
+            self._check_open()
             if self.state is SessionState.NEW:
                 self.state = SessionState.OPEN
-            await self._ensure_shell()
-            return await self._run_locked(command, deadline_s, tool_use_id, on_output)
+            self._running = asyncio.current_task()
+            try:
+                await self._ensure_shell()
+                return await self._run_locked(command, deadline_s, tool_use_id, on_output)
+            finally:
+                self._running = None
 
     def _check_policy(self, command: str) -> None:
         policy = self.host.policy
@@ -419,12 +455,35 @@ class RemoteBashSession:
             ended = await self._wait(call, shell, timeout)
             if not ended:
                 timed_out = True
-                kill = await self._kill_call(call, shell, conn, "timeout")
+                try:
+                    kill = await self._kill_call(call, shell, conn, "timeout")
+                except RemoteBashError as exc:
+                    # The kill channel did not answer: nothing more can be said of this host.
+                    await self._abandon(conn)
+                    raise ConnectionLost(
+                        f"the command outran its {timeout:g} s deadline and the host did not answer the "
+                        f"kill ({exc.message}); the connection was dropped and the next call reconnects and "
+                        "stops what is left of it", host=self.host.name,
+                    ) from exc
         except asyncio.CancelledError:
-            # Ctrl-C or a cancelled task: the remote command must not run on unattended.
-            with contextlib.suppress(Exception):
-                kill = await asyncio.shield(self._kill_call(call, shell, conn, "interrupted"))
+            # Ctrl-C or a cancelled task: the remote command must not run on unattended. A second
+            # cancel (a double Ctrl-C) must not cut the kill short either.
+            killing = asyncio.ensure_future(self._kill_call(call, shell, conn, "interrupted"))
+            for _ in range(100):
+                try:
+                    await asyncio.shield(killing)
+                    break
+                except asyncio.CancelledError:
+                    continue
+                except Exception:  # any failure: the shell is dropped below
+                    break
+            kill = killing.result() if killing.done() and not killing.cancelled() and not killing.exception() \
+                else None
             self._call = None
+            if not call.finished:
+                # Its sentinel may still come: this shell cannot be trusted with the next call.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._drop_shell(kill=True))
             await self._audit_write("exec.end", command=command, tool_use_id=tool_use_id, call_id=token.call_id,
                                     interrupted=True, kill=kill.model_dump() if kill else None,
                                     duration=round(time.monotonic() - started, 6), strict=False)
@@ -457,7 +516,7 @@ class RemoteBashSession:
         survivors = 0
         shell_pid = self.info.shell_pid if self.info else None
         for sig in ("INT", "TERM", "KILL"):
-            if shell.closed.is_set():
+            if shell.closed.is_set() or shell.exited:
                 break
             # The first round also tells the shell to abandon the rest of the command text.
             found = await self._signal(conn, tag, sig, abort_pid=shell_pid if sig == "INT" else None)
@@ -471,12 +530,13 @@ class RemoteBashSession:
                 if survivors == 0:
                     break
         replaced = False
-        if not call.finished and not shell.closed.is_set():
+        if not call.finished and not shell.closed.is_set() and not shell.exited:
             # Nothing of the command left to signal, yet no sentinel: the shell itself is stuck
             # (a builtin loop, say). Its state cannot be saved; replace it.
             pid = self.info.shell_pid if self.info else None
             if pid:
-                await conn.run_side(framing.kill_script(tag, "KILL", also_pid=pid), timeout=5)
+                await conn.run_side(framing.kill_script(tag, "KILL", also_pid=pid, below=pid, untagged_only=True),
+                                    timeout=5)
                 sent.append("KILL shell")
             await self._wait(call, shell, 2.0)
             replaced = True
@@ -488,7 +548,11 @@ class RemoteBashSession:
         return report
 
     async def _signal(self, conn: SshConnection, tag: str, sig: str, abort_pid: int | None = None) -> int:
-        _status, out = await conn.run_side(framing.kill_script(tag, sig, abort_pid=abort_pid), timeout=10)
+        """Send ``sig`` to the call's processes: those with its tag, and the shell's children that
+        carry no tag at all (they cleared their environment). Returns how many were found."""
+        shell_pid = self.info.shell_pid if self.info else None
+        script = framing.kill_script(tag, sig, abort_pid=abort_pid, below=shell_pid, untagged_only=True)
+        _status, out = await conn.run_side(script, timeout=10)
         for line in out.splitlines():
             if line.startswith("RBKILL "):
                 return int(line.split()[1])

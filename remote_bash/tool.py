@@ -43,7 +43,10 @@ def format_result(result: CommandResult) -> tuple[str, bool]:
     if result.timed_out:
         note = f"Error: the command did not finish within {result.timeout:g} s and was killed"
         if result.kill is not None:
-            if result.kill.shell_replaced:
+            if result.shell_lost and not result.kill.shell_replaced:
+                note += ("; the shell ended with it, so a new one will be started and the working directory, "
+                         "variables and functions are reset")
+            elif result.kill.shell_replaced:
                 note += "; the shell itself was stuck and was replaced, so cwd, variables and functions were reset"
             elif result.kill.signals:
                 note += f" (signals sent: {', '.join(result.kill.signals)})"

@@ -364,3 +364,17 @@ def test_a_disallowed_command_anywhere_is_refused(commands: list[str], where: in
 def test_quoted_arguments_never_add_commands(name: str, args: list[str]) -> None:
     text = shlex.join([name, *args])
     assert check_command(text, SINGLE).allowed
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "echo \"${x:-'$(id -un; touch /tmp/rb_pwned)'}\"",
+        "echo \"${x:-'`id -u`'}\"",
+        "echo \"${x:-${y:-'$(id)'}}\"",
+    ],
+)
+def test_substitution_between_single_quotes_inside_double_quoted_braces_is_seen(command: str) -> None:
+    # In "${x:-'...'}" the single quotes are plain characters: bash runs what is between them.
+    decision = check_command(command, CommandPolicy(allow=["echo", "ls"], allow_operators=False))
+    assert not decision.allowed

@@ -426,3 +426,57 @@ async def test_streamed_output_is_masked_and_complete(session: RemoteBashSession
     assert "hunter22" not in streamed and "AKIAIOSFODNN7EXAMPLE" not in streamed
     assert streamed == r.output
     assert streamed.startswith("start\n") and streamed.endswith(" tail")
+
+
+async def test_timeout_in_a_command_substitution_keeps_the_shell(session: RemoteBashSession) -> None:
+    await session.run("export KEEP=1; cd /tmp")
+    r = await session.run("x=$(sleep 1000); echo after", timeout=1)
+    assert r.timed_out and not r.shell_lost
+    assert "after" not in r.output
+    assert (await session.run("echo $KEEP; pwd")).output == "1\n/tmp\n"
+
+
+async def test_a_second_cancel_does_not_leak_into_the_next_call(session: RemoteBashSession,
+                                                                 hosts: TestHosts) -> None:
+    mark = marker()
+    task = asyncio.create_task(session.run(f"bash -c \"trap '' INT TERM; sleep 1000 # {mark}\"", timeout=30))
+    for _ in range(100):
+        if processes_with(mark, hosts.user):
+            break
+        await asyncio.sleep(0.05)
+    task.cancel()
+    await asyncio.sleep(0.2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    r = await session.run("echo after-double")
+    assert r.output == "after-double\n"
+    assert processes_with(mark, hosts.user) == []
+
+
+async def test_close_interrupts_a_running_command(web1: Host, hosts: TestHosts) -> None:
+    mark = marker()
+    s = RemoteBashSession(web1, kill_grace=0.3)
+    await s.start()
+    task = asyncio.create_task(s.run(f"bash -c 'sleep 1000 # {mark}'", timeout=60))
+    for _ in range(100):
+        if processes_with(mark, hosts.user):
+            break
+        await asyncio.sleep(0.05)
+    started = time.monotonic()
+    await s.close()
+    assert time.monotonic() - started < 10
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert processes_with(mark, hosts.user) == []
+
+
+async def test_processes_that_clear_their_environment_are_killed_too(session: RemoteBashSession,
+                                                                     hosts: TestHosts) -> None:
+    mark = marker()
+    await session.run("export KEEP=1")
+    r = await session.run(f"env -i /bin/sh -c 'sleep 1000; echo {mark}'", timeout=1)
+    assert r.timed_out and r.kill is not None
+    assert r.kill.survivors == 0 and not r.kill.shell_replaced
+    assert processes_with(mark, hosts.user) == []
+    assert (await session.run("echo $KEEP")).output == "1\n"
