@@ -434,8 +434,7 @@ class FleetPool:
                                attempts=attempts)
             try:
                 res = await session.run(command, timeout, tool_use_id=tool_use_id)
-            except AccessDenied as exc:
-                await session.audit_denied(exc, command, tool_use_id)
+            except AccessDenied as exc:  # audited by the session (policy) or its gate (host)
                 return _result(host, "refused", started, error=exc, attempts=attempts)
             except ConnectionLost as exc:
                 return _result(host, "error", started, error=exc, output=exc.partial_output,

@@ -404,7 +404,11 @@ class RemoteBashSession:
         if not isinstance(command, str):
             raise TypeError(f"command must be a str, got {type(command).__name__}")
         deadline_s = self.clamp_timeout(timeout)
-        self._check_policy(command)
+        try:
+            self._check_policy(command)
+        except PolicyDenied as exc:
+            await self.audit_denied(exc, command, tool_use_id)
+            raise
         async with self._lock:
             self._check_open()
             if self.state is SessionState.NEW:
@@ -427,7 +431,8 @@ class RemoteBashSession:
             raise PolicyDenied(decision.reason, host=self.host.name, rule=decision.rule)
 
     async def audit_denied(self, exc: AccessDenied, command: str, tool_use_id: str | None) -> None:
-        """Record a refusal; used by the callers that caught it."""
+        """Record a refusal. ``run`` records its own policy refusals and the gate its host refusals;
+        this is for callers that refuse before asking the session (the fleet checks policy first)."""
         event = "policy.denied" if isinstance(exc, PolicyDenied) else "host.denied"
         await self._audit_write(event, command=command, tool_use_id=tool_use_id, rule=getattr(exc, "rule", None),
                                 error=exc.message, strict=False)

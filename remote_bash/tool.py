@@ -126,8 +126,7 @@ class BashTool:
         try:
             result = await self.session.run(command, self.timeout, tool_use_id=tool_use_id,
                                             on_output=self.on_output)
-        except AccessDenied as exc:
-            await self.session.audit_denied(exc, command, tool_use_id)
+        except AccessDenied as exc:  # already audited by the session or its gate
             return _result(tool_use_id, f"Error: refused before running: {exc.message}", True)
         except AuditError as exc:
             return _result(tool_use_id, f"Error: not run, because it could not be audited: {exc.message}", True)

@@ -480,3 +480,21 @@ async def test_processes_that_clear_their_environment_are_killed_too(session: Re
     assert r.kill.survivors == 0 and not r.kill.shell_replaced
     assert processes_with(mark, hosts.user) == []
     assert (await session.run("echo $KEEP")).output == "1\n"
+
+
+async def test_a_policy_refusal_is_audited_once_and_never_sent(web1: Host, tmp_path: Path) -> None:
+    from remote_bash import BashTool, CommandPolicy, PolicyDenied
+    from remote_bash.audit import AuditLog
+
+    audit = AuditLog(tmp_path / "audit")
+    host = web1.model_copy(update={"policy": CommandPolicy(deny=[r"\brm\b"])})
+    mark = tmp_path / "never"
+    async with RemoteBashSession(host, audit=audit) as s:
+        with pytest.raises(PolicyDenied):
+            await s.run(f"rm -f {mark}; touch {mark}")
+        block = await BashTool(s).handle({"id": "toolu_x", "name": "bash", "input": {"command": "rm -rf /tmp/x"}})
+        assert block["is_error"] and "deny rule" in block["content"]
+    events = [r["event"] for r in audit.read("web-1")]
+    assert events.count("policy.denied") == 2
+    assert "exec.start" not in events
+    assert not mark.exists()

@@ -63,15 +63,8 @@ async def _exec(ctx: _Context, inventory: Inventory, name: str, command: str) ->
 
 async def _run_one(session: RemoteBashSession, command: str, deadline: float | None,
                    on_output: Callable[[str], None] | None) -> CommandResult:
-    """Run one command; a refusal is audited and re-raised."""
-    from remote_bash.errors import AccessDenied, HostNotAllowed
-
-    try:
-        return await session.run(command, deadline, on_output=on_output)
-    except AccessDenied as exc:
-        if not isinstance(exc, HostNotAllowed):  # the gate audits its own refusals
-            await session.audit_denied(exc, command, None)
-        raise
+    """Run one command (the session audits policy refusals, its gate host refusals)."""
+    return await session.run(command, deadline, on_output=on_output)
 
 
 class _Echo:
