@@ -22,6 +22,7 @@ import hashlib
 import re
 import secrets
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -338,21 +339,34 @@ def _utf8_len(lead: int) -> int:
     return 2
 
 
-def render_output(capture: OutputCapture, limit: int) -> tuple[str, bool]:
-    """The text Claude sees: decoded, cleaned and cut to about ``limit`` characters.
+_ORPHAN_KEY_END = re.compile(r"\A(?:(?!-----BEGIN)[\s\S])*?-----END [A-Z0-9 ]*PRIVATE KEY-----")
+
+
+def _unchanged(text: str) -> str:
+    return text
+
+
+def render_output(capture: OutputCapture, limit: int,
+                  redact: Callable[[str], str] = _unchanged) -> tuple[str, bool]:
+    """The text Claude sees: decoded, cleaned, redacted, and cut to about ``limit`` characters.
 
     When the output is longer, the start and the end are kept and a marker says how much of
-    the middle was cut. Returns (text, truncated).
+    the middle was cut. Redaction runs before the cut, on each kept piece whole, so a secret is
+    never split by the cut; a tail that starts inside a private key (its BEGIN line was cut
+    away) is masked up to the key's END line. Returns (text, truncated).
     """
     if capture.total <= capture.limit:
-        text = clean_text(bytes(capture.head).decode("utf-8", "replace"))
+        text = redact(clean_text(bytes(capture.head).decode("utf-8", "replace")))
         if len(text) <= limit:
             return text, False
         half = limit // 2
         cut = len(text) - 2 * half
         return f"{text[:half]}\n[... {cut:,} characters cut ...]\n{text[-half:]}", True
-    head = clean_text(_decode_head(bytes(capture.head)))
+    head = redact(clean_text(_decode_head(bytes(capture.head))))
     tail = clean_text(_decode_tail(capture.tail))
+    if "PRIVATE KEY-----" in tail:
+        tail = _ORPHAN_KEY_END.sub("[REDACTED:private-key]", tail, count=1)
+    tail = redact(tail)
     half = limit // 2
     head_kept, tail_kept = head[:half], tail[-half:] if half else ""
     shown = len(head_kept.encode("utf-8", "replace")) + len(tail_kept.encode("utf-8", "replace"))

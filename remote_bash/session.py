@@ -585,8 +585,7 @@ class RemoteBashSession:
                 shell.close()
             if conn.is_closed or (shell.exit_status is None and shell.exit_signal is None and not
                                   (kill and kill.shell_replaced)):
-                text, _ = framing.render_output(call.capture, self.host.output_limit)
-                text = self._redact(text)
+                text, _ = framing.render_output(call.capture, self.host.output_limit, self._redact)
                 error = f"the connection to {self.host.hostname} was lost while the command ran"
                 if conn.lost_error:
                     error += f" ({conn.lost_error})"
@@ -613,8 +612,7 @@ class RemoteBashSession:
             exit_code = call.status
             if timed_out:
                 exit_code = None
-        text, truncated = framing.render_output(call.capture, self.host.output_limit)
-        text = self._redact(text)
+        text, truncated = framing.render_output(call.capture, self.host.output_limit, self._redact)
         result = CommandResult(
             command=command,
             output=text,

@@ -498,3 +498,18 @@ async def test_a_policy_refusal_is_audited_once_and_never_sent(web1: Host, tmp_p
     assert events.count("policy.denied") == 2
     assert "exec.start" not in events
     assert not mark.exists()
+
+
+async def test_a_private_key_cut_in_half_by_truncation_is_still_masked(session: RemoteBashSession) -> None:
+    key = Path(f"/tmp/{marker()}")  # readable by the remote user, unlike tmp_path
+    subprocess.run(["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-N", "", "-f", str(key)], check=True)
+    os.chmod(key, 0o644)
+    body = key.read_text().splitlines()[5]
+    # 70 KB before and 14 KB after: the kept end (15,000 characters) starts inside the key.
+    r = await session.run(f"head -c 70000 /dev/zero | tr '\\0' f; echo; cat {key}; head -c 14000 /dev/zero | tr '\\0' g")
+    assert r.truncated
+    assert "[REDACTED:private-key]" in r.output  # the key was printed, and masked
+    assert body not in r.output
+    assert "PRIVATE KEY-----" not in r.output.replace("[REDACTED:private-key]", "")
+    key.unlink()
+    key.with_suffix(".pub").unlink()
