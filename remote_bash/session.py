@@ -82,7 +82,7 @@ class _Call:
     def __init__(self, token: framing.CallToken, limit: int, on_output: Callable[[str], None] | None) -> None:
         self.token = token
         self.scanner = framing.FrameScanner(token)
-        self.capture = framing.OutputCapture(limit=max(limit, 1024) * 2)
+        self.capture = framing.OutputCapture(limit=_capture_limit(limit))
         self.done = asyncio.get_running_loop().create_future()
         self.waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         """Resolved True by the sentinel or the shell's end, False by a deadline; rearmed after."""
@@ -188,7 +188,7 @@ class RemoteBashSession:
         self._conn: SshConnection | None = None
         self._shell: ShellChannel | None = None
         self._call: _Call | None = None
-        self._between: bytearray = bytearray()
+        self._between: framing.OutputCapture | None = None
         self._names = framing.ShellNames.new()
         self._orphaned = False
         self._running: asyncio.Task[Any] | None = None
@@ -343,10 +343,10 @@ class RemoteBashSession:
     def _on_data(self, data: bytes) -> None:
         call = self._call
         if call is None:
-            # Output of background jobs between calls: kept (bounded) for the next call.
-            room = self.host.output_limit * 2 - len(self._between)
-            if room > 0:
-                self._between += data[:room]
+            # Output of background jobs between calls: kept (bounded, counted) for the next call.
+            if self._between is None:
+                self._between = framing.OutputCapture(limit=_capture_limit(self.host.output_limit))
+            self._between.add(data)
             return
         rest = call.feed(data)
         if rest:
@@ -355,7 +355,7 @@ class RemoteBashSession:
 
     async def _drop_shell(self, *, kill: bool) -> None:
         shell, self._shell = self._shell, None
-        self._between.clear()
+        self._between = None
         if shell is None:
             return
         tag = f"REMOTE_BASH_SESSION={self.session_id}"
@@ -448,9 +448,10 @@ class RemoteBashSession:
         live = _LiveOutput(on_output, self._redactor) if on_output is not None else None
         call = _Call(token, self.host.output_limit, live.feed if live is not None else None)
         call.live = live
-        if self._between:
-            call.capture.add(bytes(self._between))
-            self._between.clear()
+        if self._between is not None:
+            # What background jobs printed since the last call opens this call's output,
+            # counted and hashed like the rest of it.
+            call.capture, self._between = self._between, None
         self._call = call
         started = time.monotonic()
         kill: KillReport | None = None
@@ -682,6 +683,12 @@ class RemoteBashSession:
             if strict:
                 raise AuditError(f"cannot write the audit log ({exc}); the command was not run",
                                  host=self.host.name) from exc
+
+
+def _capture_limit(output_limit: int) -> int:
+    """Bytes kept at each end of a stream: twice the characters shown, so cleaning (colour codes,
+    progress lines) and multi-byte text still leave enough to show."""
+    return max(output_limit, 1024) * 2
 
 
 def _expire(waiter: asyncio.Future[bool]) -> None:

@@ -502,14 +502,31 @@ async def test_a_policy_refusal_is_audited_once_and_never_sent(web1: Host, tmp_p
 
 async def test_a_private_key_cut_in_half_by_truncation_is_still_masked(session: RemoteBashSession) -> None:
     key = Path(f"/tmp/{marker()}")  # readable by the remote user, unlike tmp_path
-    subprocess.run(["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-N", "", "-f", str(key)], check=True)
+    keygen = ["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-N", "", "-f", str(key)]
+    await asyncio.to_thread(subprocess.run, keygen, check=True)
     os.chmod(key, 0o644)
     body = key.read_text().splitlines()[5]
     # 70 KB before and 14 KB after: the kept end (15,000 characters) starts inside the key.
-    r = await session.run(f"head -c 70000 /dev/zero | tr '\\0' f; echo; cat {key}; head -c 14000 /dev/zero | tr '\\0' g")
+    r = await session.run(
+        f"head -c 70000 /dev/zero | tr '\\0' f; echo; cat {key}; head -c 14000 /dev/zero | tr '\\0' g"
+    )
     assert r.truncated
     assert "[REDACTED:private-key]" in r.output  # the key was printed, and masked
     assert body not in r.output
     assert "PRIVATE KEY-----" not in r.output.replace("[REDACTED:private-key]", "")
     key.unlink()
     key.with_suffix(".pub").unlink()
+
+
+async def test_background_output_after_a_call_opens_the_next_one(session: RemoteBashSession) -> None:
+    await session.run("(head -c 1000000 /dev/zero | tr '\\0' a; echo; echo BGTAIL) &")
+    expected = 1_000_000 + len("\nBGTAIL\n")
+    for _ in range(200):  # the job prints between calls; wait (bounded) until all of it arrived
+        between = session._between
+        if between is not None and between.total >= expected:
+            break
+        await asyncio.sleep(0.05)
+    r = await session.run("echo next")
+    assert r.truncated
+    assert r.output_bytes == 1_000_000 + len("\nBGTAIL\nnext\n")
+    assert r.output.endswith("BGTAIL\nnext\n")
