@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import fcntl
 import os
 import socket
 from collections.abc import Callable, Sequence
@@ -27,6 +28,7 @@ from .errors import (
     ConnectionRefused,
     ConnectTimeout,
     HostKeyChanged,
+    HostKeyError,
     HostUnreachable,
     KnownHostsMissing,
     RemoteBashError,
@@ -63,7 +65,7 @@ class _HostKeyCheck:
     seen: str = ""
     expected: list[str] = field(default_factory=list)
     accepted_new: bool = False
-    problem: str = ""  # "", "unknown", "changed"
+    problem: str = ""  # "", "unknown", "changed", "revoked"
 
 
 class _Client(asyncssh.SSHClient):
@@ -79,10 +81,20 @@ class _Client(asyncssh.SSHClient):
         check.seen = key.get_fingerprint("sha256")
         path = check.known_hosts
         known = _read_known_hosts(path)
+        # Match on the host's name(s) and port only, never on the address it resolved to (as
+        # OpenSSH with CheckHostIP off): an entry for the IP must not override the name's pin.
+        # A host named by its IP address still matches its IP entry, its name being the IP.
         names = {check.host.hostname, host}
         trusted: list[asyncssh.SSHKey] = []
+        revoked: list[asyncssh.SSHKey] = []
         for name in names:
-            trusted.extend(known.match(name, addr, port)[0])
+            found = known.match(name, "", port)
+            trusted.extend(found[0])
+            revoked.extend(found[2])
+            revoked.extend(known.match(name, "", None)[2])
+        if any(k.public_data == key.public_data for k in revoked):
+            check.problem = "revoked"  # refused in every policy; accept-new never records it
+            return False
         if any(k.public_data == key.public_data for k in trusted):
             return True
         if trusted:
@@ -100,17 +112,18 @@ class _Client(asyncssh.SSHClient):
         self._on_lost(exc)
 
 
-_KNOWN_HOSTS_CACHE: dict[Path, tuple[tuple[int, int], asyncssh.SSHKnownHosts]] = {}
+_KNOWN_HOSTS_CACHE: dict[Path, tuple[tuple[int, ...], asyncssh.SSHKnownHosts]] = {}
 
 
 def _read_known_hosts(path: Path) -> asyncssh.SSHKnownHosts:
-    """The parsed known_hosts file, re-read only when its size or modification time changes
-    (a fleet connects to many hosts against one file)."""
+    """The parsed known_hosts file, re-read whenever its inode, size, modification or change time
+    differs from the cached read (a fleet connects to many hosts against one file). The change
+    time catches an edit that kept the size and restored the modification time."""
     try:
         st = path.stat()
     except FileNotFoundError:
         return asyncssh.import_known_hosts("")
-    stamp = (st.st_mtime_ns, st.st_size)
+    stamp = (st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
     cached = _KNOWN_HOSTS_CACHE.get(path)
     if cached is not None and cached[0] == stamp:
         return cached[1]
@@ -120,14 +133,20 @@ def _read_known_hosts(path: Path) -> asyncssh.SSHKnownHosts:
 
 
 def _append_known_host(path: Path, host: Host, key: asyncssh.SSHKey) -> None:
+    """Append ``host``'s key, under an exclusive lock so that sessions accepting at once do not
+    interleave, starting a new line first when the file (say, hand-edited) lacks a final newline."""
     pattern = host.hostname if host.port == 22 else f"[{host.hostname}]:{host.port}"
-    line = f"{pattern} {key.export_public_key('openssh').decode().strip()}\n"
+    line = f"{pattern} {key.export_public_key('openssh').decode().strip()}\n".encode()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        os.write(fd, line.encode())
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line
+        os.write(fd, line)
     finally:
-        os.close(fd)
+        os.close(fd)  # releases the lock
 
 
 class _ShellSession(asyncssh.SSHClientSession[bytes]):
@@ -291,6 +310,12 @@ def map_error(exc: BaseException, host: Host, *, during: str = "connecting", che
             "man-in-the-middle attack, or the host was reinstalled; if you know why it changed, "
             f"remove the old line (ssh-keygen -R {host.hostname} -f {check.known_hosts}) and connect again",
             host=name, seen=check.seen, expected=", ".join(check.expected),
+        )
+    if check is not None and check.problem == "revoked":
+        return HostKeyError(
+            f"host key {check.seen} of {target} is REVOKED in {check.known_hosts} (a @revoked line): "
+            "refusing to connect. The host must get a new key, which you then verify and add",
+            host=name,
         )
     if check is not None and check.problem == "unknown":
         return UnknownHostKey(

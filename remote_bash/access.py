@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import HostNotAllowed
+from .errors import HostNotAllowed, SelectionError
 from .inventory import Inventory
 from .models import Host
 from .session import AuditSink, CredentialSource, Redactor, RemoteBashSession
@@ -27,8 +27,11 @@ class HostGate:
         self.inventory = inventory
         self.allow = allow
         self.audit = audit
+        if allow is not None and not allow.strip():
+            # An empty pattern must not read as "no allowlist": that would allow every host.
+            raise SelectionError("the allowlist pattern is empty; use 'all' to allow every host")
         self.allowed: frozenset[str] | None = (
-            frozenset(h.name for h in inventory.select(allow)) if allow else None
+            frozenset(h.name for h in inventory.select(allow)) if allow is not None else None
         )
 
     def problem(self, host: Host, role: str = "host") -> str | None:

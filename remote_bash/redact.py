@@ -200,6 +200,7 @@ class Redactor:
             escaped = [re.escape(lit) for lit in known]
             rules.insert(1, _Rule("known-secret", "|".join(escaped), tuple(escaped)))
         self._rules = tuple(rules)
+        self._literals = tuple(known)
         # A known secret spanning lines defeats the line-by-line search: scan whole texts then.
         self._whole_text = any("\n" in lit for lit in known)
         triggers = [trigger for rule in rules for trigger in rule.triggers]
@@ -266,6 +267,12 @@ class Redactor:
         return mask(rule.kind)
 
 
+def _last_boundary(text: str, start: int, end: int) -> int:
+    """The position of the last boundary character in ``text[start:end]``, or -1."""
+    match = _LAST_BOUNDARY.match(text, start, end)
+    return -1 if match is None else match.end() - 1
+
+
 def _compile_custom(pattern: str) -> re.Pattern[str]:
     try:
         return re.compile(pattern)
@@ -276,6 +283,20 @@ def _compile_custom(pattern: str) -> re.Pattern[str]:
 def _replace_custom(match: re.Match[str]) -> str:
     # A pattern that can match nothing (``x*``) would otherwise mask every gap between characters.
     return mask("custom") if match.group() else ""
+
+
+_BOUNDARY = re.compile(r"""[\s"'`,;<>()\[\]{}]""")
+"""Characters no token rule matches: the only places an over-long line may be cut."""
+_LAST_BOUNDARY = re.compile(rf"(?s:.*){_BOUNDARY.pattern}")
+_CONTEXT = 512
+"""An over-long line is cut only where this much text before the cut holds no trigger, no
+``-----`` and no ``://``: a keyword there could take a value that follows the cut. It is
+also what stays held (and is scanned with what follows) when a line outgrows ``_HARD_LINE``."""
+_DANGER = re.compile(r"-----|://")
+_RETRY = 1024
+"""After finding no place to cut a long line, how much more of it to wait for before looking again."""
+_HARD_LINE = 64 * 1024
+"""A line part that long with no safe cut is released anyway, but for its last ``_CONTEXT``."""
 
 
 class _Mode(Enum):
@@ -289,11 +310,17 @@ class _Mode(Enum):
 class StreamRedactor:
     """Redacts a stream fed in chunks of any size.
 
-    Output is held back to the last newline (at most ``max_line`` characters), and from
-    the start of a private key block until its END (at most ``max_pem`` characters, after
-    which the block's mask is written and the rest of the block is dropped). As long as
-    lines stay under ``max_line``, ``''.join(feed(c) for c in chunks) + flush()`` equals
-    ``redactor.redact(''.join(chunks))`` for any chunking.
+    Output is held back to the last newline, and from the start of a private key block
+    until its END (at most ``max_pem`` characters, after which the block's mask is written
+    and the rest of the block is dropped). As long as lines stay under ``max_line``,
+    ``''.join(feed(c) for c in chunks) + flush()`` equals ``redactor.redact(''.join(chunks))``
+    for any chunking.
+
+    A line longer than ``max_line`` is released in parts, cut only after a character no
+    token contains (whitespace, quotes, ``,;<>()[]{}``) with no keyword, ``-----`` or ``://``
+    in the text just before, so no built-in secret is split. With no such place, up to 64 KiB
+    of the line is held; past that it is released but for its last 512 characters, which are
+    scanned with what follows. Extra ``patterns`` are applied to each part on its own.
     """
 
     def __init__(self, redactor: Redactor, *, max_line: int = 4096, max_pem: int = 64 * 1024) -> None:
@@ -306,6 +333,8 @@ class StreamRedactor:
         self._mode = _Mode.NORMAL
         self._searched = 0
         """In HOLD: how much of the buffer was already searched for the END marker."""
+        self._retry_at = 0
+        """The buffer length at which to look again for a place to cut an over-long line."""
 
     def feed(self, chunk: str) -> str:
         """Take the next chunk; return the redacted text that is safe to release now."""
@@ -326,18 +355,22 @@ class StreamRedactor:
     def flush(self) -> str:
         """Release everything held back; the redactor is ready for a new stream afterwards."""
         held, mode = self._buf, self._mode
-        self._buf, self._mode, self._searched = "", _Mode.NORMAL, 0
+        self._buf, self._mode, self._searched, self._retry_at = "", _Mode.NORMAL, 0, 0
         return "" if mode is _Mode.SWALLOW else self._redactor.redact(held)
 
     def _release(self) -> str:
         buf = self._buf
         cut = buf.rfind("\n") + 1
-        if len(buf) - cut > self._max_line:
-            cut = len(buf) - self._max_line
+        if len(buf) - cut > self._max_line and len(buf) >= self._retry_at:
+            line_cut = self._line_cut(buf, cut)
+            # With no place to cut, look again only once the line has grown a little more.
+            self._retry_at = len(buf) + _RETRY if line_cut == cut else 0
+            cut = line_cut
         if cut == 0:
             return ""
         out, open_at = self._redactor._redact_builtin(buf[:cut], hold_open_pem=True)
         out = self._redactor._redact_custom(out)
+        self._retry_at = 0
         if open_at < 0:
             self._buf = buf[cut:]
             return out
@@ -348,6 +381,47 @@ class StreamRedactor:
         self._mode = _Mode.HOLD
         self._searched = len(self._buf)
         return out + self._check_pem_bound()
+
+    def _line_cut(self, buf: str, start: int) -> int:
+        """Where to cut the over-long line that starts at ``start``: after its last safe boundary
+        at least ``max_line`` characters before the end, else ``start`` (hold it), else, past
+        ``_HARD_LINE``, all but the last ``_CONTEXT`` characters."""
+        hi = len(buf) - self._max_line  # the cut is at most here
+        dangers = [m.start() for m in self._redactor._trigger.finditer(buf, start, hi)]
+        dangers += [m.start() for m in _DANGER.finditer(buf, start, hi)]
+        # A cut after position ``at`` is safe when no danger lies in (at - _CONTEXT, at]: walk
+        # the gaps between dangers from the end; most are empty where dangers are dense.
+        for danger in sorted([start - _CONTEXT, *dangers], reverse=True):
+            lo = max(start, danger + _CONTEXT)
+            while lo < hi:
+                at = _last_boundary(buf, lo, hi)
+                if at < 0:
+                    break
+                head = self._literal_head(buf, at + 1)
+                if head < 0:
+                    return at + 1
+                hi = head
+            hi = min(hi, danger)
+        if len(buf) - start <= _HARD_LINE:
+            return start
+        # Past the bound: release all but the last _CONTEXT characters, moving the cut back to
+        # the start of a secret it would fall into (unless that is the line's start).
+        cut = len(buf) - _CONTEXT
+        for match in self._redactor._combined.finditer(buf, max(start, cut - self._max_line)):
+            if match.start() >= cut:
+                break
+            if match.end() > cut:
+                return max(match.start(), start) if match.start() > start else cut
+        return cut
+
+    def _literal_head(self, buf: str, end: int) -> int:
+        """Where a known secret starts whose head (up to a boundary character) ends at ``end``; else -1."""
+        found = -1
+        for literal in self._redactor._literals:
+            for size in range(1, len(literal)):
+                if _BOUNDARY.match(literal, size - 1) and buf.endswith(literal[:size], 0, end):
+                    found = max(found, end - size)
+        return found
 
     def _found_end(self) -> bool:
         header = _BEGIN_RE.match(self._buf)

@@ -138,6 +138,15 @@ def test_unknown_host_is_one_line_exit_127_and_audited(env: dict[str, str]) -> N
     assert [r["event"] for r in audit_records(env, "no-such-host")] == ["host.denied"]
 
 
+@pytest.mark.parametrize("pattern", ["", " "])
+def test_an_empty_allow_pattern_is_a_usage_error_not_no_allowlist(env: dict[str, str], pattern: str) -> None:
+    out = cli(env, "--allow", pattern, "exec", "cli-a", "--", "echo reached")
+    assert out.returncode == 2
+    assert out.stdout == ""
+    assert len(out.stderr.splitlines()) == 1
+    assert "allowlist pattern is empty" in out.stderr
+
+
 def test_exec_never_loads_the_anthropic_sdk(env: dict[str, str]) -> None:
     out = subprocess.run([sys.executable, "-X", "importtime", "-m", "remote_bash.cli", "exec", "cli-a", "--",
                           "echo light"], env=env, capture_output=True, text=True, timeout=60,

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncssh
 import keyring
 import pytest
 import yaml
@@ -29,11 +30,13 @@ from keyring.backend import KeyringBackend
 from keyring.backends import fail
 from keyrings.alt.file import PlaintextKeyring
 
-from remote_bash import credentials
+from remote_bash import _ssh, credentials
+from remote_bash.access import HostGate
 from remote_bash.credentials import acredentials_for, credentials_for, reset_keyring_state, set_secret
-from remote_bash.errors import ConnectError
+from remote_bash.errors import ConnectError, HostKeyChanged, HostKeyError, SelectionError
+from remote_bash.inventory import Inventory
 from remote_bash.models import Host
-from remote_bash.sandbox import start_sshd
+from remote_bash.sandbox import generate_keypair, start_sshd
 from remote_bash.session import RemoteBashSession
 
 from .sshd import TestHosts
@@ -160,6 +163,87 @@ def server_key(host: Host) -> str:
     raise AssertionError(f"no known_hosts line for {host.address}")
 
 
+def key_of(host: Host) -> str:
+    """The key type and base64 of the key a fixture host's sshd presents."""
+    return " ".join(server_key(host).split()[:2])
+
+
+def other_key(tmp_path: Path) -> str:
+    """A key type and base64 of a key nobody serves."""
+    path = generate_keypair(tmp_path / "other_key", "other")
+    return " ".join(Path(f"{path}.pub").read_text().split()[:2])
+
+
+async def reach(host: Host) -> str:
+    async with RemoteBashSession(host) as session:
+        return (await session.run("echo reached")).output
+
+
+async def test_an_entry_for_the_address_does_not_override_the_names_pin(keyed: Host, tmp_path: Path) -> None:
+    a, b, c, d = keyed.hostname.split(".")
+    alias = f"{a}.{b}.{int(c) * 256 + int(d)}"  # another spelling of the same address
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[{alias}]:{keyed.port} {other_key(tmp_path)}\n[{keyed.hostname}]:{keyed.port} {key_of(keyed)}\n")
+    with pytest.raises(HostKeyChanged, match="CHANGED"):
+        await reach(keyed.model_copy(update={"hostname": alias, "known_hosts": known}))
+    # A host named by its address matches the entry for that address: its name is the address.
+    assert await reach(keyed.model_copy(update={"known_hosts": known})) == "reached\n"
+
+
+@pytest.mark.parametrize("policy", ["strict", "accept-new"])
+async def test_a_revoked_host_key_is_refused(keyed: Host, tmp_path: Path, policy: str) -> None:
+    known = tmp_path / "known_hosts"
+    listed = f"[{keyed.hostname}]:{keyed.port} {key_of(keyed)}\n" if policy == "strict" else ""
+    text = f"{listed}@revoked * {key_of(keyed)}\n"
+    known.write_text(text)
+    with pytest.raises(HostKeyError, match="REVOKED") as caught:
+        await reach(keyed.model_copy(update={"known_hosts": known, "host_key_policy": policy}))
+    assert str(known) in str(caught.value)
+    assert known.read_text() == text  # accept-new never records a revoked key
+
+
+async def test_accept_new_starts_a_new_line_after_a_file_without_one(keyed: Host, tmp_path: Path) -> None:
+    known = tmp_path / "known_hosts"
+    first = f"elsewhere.example {other_key(tmp_path)}"
+    known.write_text(first)  # hand-edited: no final newline
+    assert await reach(keyed.model_copy(update={"known_hosts": known, "host_key_policy": "accept-new"})) == "reached\n"
+    assert known.read_text() == f"{first}\n[{keyed.hostname}]:{keyed.port} {key_of(keyed)}\n"
+    assert await reach(keyed.model_copy(update={"known_hosts": known})) == "reached\n"
+
+
+def test_concurrent_accept_new_appends_whole_lines(tmp_path: Path) -> None:
+    known = tmp_path / "known_hosts"
+    other = other_key(tmp_path)
+    known.write_text(f"elsewhere.example {other}")
+    key = asyncssh.import_public_key(other)
+    threads = [threading.Thread(target=_ssh._append_known_host,
+                                args=(known, Host(name=f"h{i}", hostname=f"h{i}.example", port=2200 + i), key))
+               for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    lines = known.read_text().split("\n")
+    assert lines[-1] == ""
+    assert sorted(line.split()[0] for line in lines[1:-1]) == sorted(f"[h{i}.example]:{2200 + i}" for i in range(16))
+    assert all(len(line.split()) == 3 for line in lines[:-1])
+
+
+def test_known_hosts_cache_sees_a_same_size_edit_with_the_old_mtime(tmp_path: Path) -> None:
+    known = tmp_path / "known_hosts"
+    old, new = other_key(tmp_path), " ".join(
+        Path(f"{generate_keypair(tmp_path / 'third_key', 'third')}.pub").read_text().split()[:2])
+    known.write_text(f"[h.example]:2222 {old}\n")
+    before = known.stat()
+    assert _ssh._read_known_hosts(known).match("h.example", "", 2222)[0][0].public_data == \
+        asyncssh.import_public_key(old).public_data
+    known.write_text(f"[h.example]:2222 {new}\n")
+    os.utime(known, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert known.stat().st_size == before.st_size
+    assert _ssh._read_known_hosts(known).match("h.example", "", 2222)[0][0].public_data == \
+        asyncssh.import_public_key(new).public_data
+
+
 # -- the allowlist -------------------------------------------------------------------------------
 
 
@@ -218,6 +302,13 @@ def test_host_outside_the_allowlist_is_refused_before_connecting(
 
     ok = run_cli(tmp_path, inventory, "--allow", "sec-allowed", "exec", "sec-allowed", "--", "echo in")
     assert (ok.returncode, ok.stdout) == (0, "in\n")
+
+
+@pytest.mark.parametrize("pattern", ["", "  "])
+def test_an_empty_allowlist_pattern_is_an_error(allowed: Host, pattern: str) -> None:
+    inventory = Inventory(hosts={"sec-allowed": allowed})
+    with pytest.raises(SelectionError, match="allowlist pattern is empty"):
+        HostGate(inventory, pattern)
 
 
 def test_host_not_in_the_inventory_is_refused_before_connecting(allowed: Host, tmp_path: Path) -> None:

@@ -212,8 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_logging(args.debug)
     from ._context import _Context
 
-    ctx = _Context(args)
     try:
+        ctx = _Context(args)
         code: int = _command(args.handler)(ctx)
         return code
     except KeyboardInterrupt:

@@ -28,6 +28,9 @@ class _Context:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.env = os.environ
+        if args.allow is not None and not args.allow.strip():
+            # An empty pattern must not read as "no allowlist": that would allow every host.
+            raise _UsageError("--allow: the allowlist pattern is empty; use 'all' to allow every host")
         self.allow: str | None = args.allow
         self.debug: bool = args.debug
 
@@ -105,7 +108,7 @@ async def _credentials(ctx: _Context, inventory: Inventory, hosts: Sequence[Host
     from remote_bash.errors import SelectionError
 
     try:
-        allowed = {h.name for h in inventory.select(ctx.allow)} if ctx.allow else set(inventory.hosts)
+        allowed = {h.name for h in inventory.select(ctx.allow)} if ctx.allow is not None else set(inventory.hosts)
     except SelectionError:
         return {}  # the gate says why
     hops: dict[str, Host] = {}
