@@ -400,12 +400,26 @@ def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_p
     tree = ""
     if below:
         keep = (f'grep -qsz "^{CALL_ENV}=." "/proc/$x/environ" && continue; ' if untagged_only else "")
-        tree = (
-            # pid and parent pid of every process, then the descendants of `below`.
+        awk_walk = (
+            # Without /proc/PID/task/TID/children: parent pids of every process, then a walk.
             "d=$(awk '{ s = $0; sub(/^.*\\) /, \"\", s); split(s, f, \" \"); print $1, f[2] }' "
             "/proc/[0-9]*/stat 2>/dev/null | awk -v r=" + str(below) + " '{ k[$2] = k[$2] \" \" $1 } "
             "END { q = r; while (q != \"\") { n = split(q, a, \" \"); q = \"\"; for (i = 1; i <= n; i++) "
             "{ m = split(k[a[i]], c, \" \"); for (j = 1; j <= m; j++) { print c[j]; q = q \" \" c[j] } } } }')\n"
+        )
+        tree = (
+            # The descendants of `below`, level by level through the kernel's children lists: no
+            # process is started, and a shell with no children costs one file read.
+            f"d=; q={below}; i=0\n"
+            f"if [ -r /proc/{below}/task/{below}/children ]; then\n"
+            '  while [ -n "$q" ] && [ $i -lt 64 ]; do n=; i=$((i+1))\n'
+            '    for x in $q; do for f in /proc/$x/task/*/children; do c=; read -r c <"$f" 2>/dev/null; '
+            'n="$n $c"; done; done\n'
+            '    d="$d $n"; case $n in *[0-9]*) q=$n;; *) q=;; esac\n'
+            "  done\n"
+            "else\n"
+            f"  {awk_walk}"
+            "fi\n"
             f"for x in $d; do [ \"$x\" = \"$$\" ] && continue; {keep}"
             'case " $p " in *" $x "*) ;; *) p="$p $x";; esac; done\n'
         )
