@@ -88,7 +88,10 @@ class _Client(asyncssh.SSHClient):
         trusted: list[asyncssh.SSHKey] = []
         revoked: list[asyncssh.SSHKey] = []
         for name in names:
-            found = known.match(name, "", port)
+            # On another port than 22 only "[name]:port" entries count, as with OpenSSH (asyncssh
+            # would fall back to the bare name, trusting the port-22 host's key on any port).
+            pattern = name if port == 22 else f"[{name}]:{port}"
+            found = known.match(pattern, "", None)
             trusted.extend(found[0])
             revoked.extend(found[2])
             revoked.extend(known.match(name, "", None)[2])

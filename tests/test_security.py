@@ -503,3 +503,18 @@ def test_audit_files_are_private(allowed: Host, tmp_path: Path) -> None:
     assert files
     for path in files:
         assert path.stat().st_mode & 0o777 == 0o600, path
+
+
+async def test_a_key_recorded_for_port_22_is_not_trusted_on_another_port(web1: Host, tmp_path: Path) -> None:
+    from remote_bash import RemoteBashSession, UnknownHostKey
+
+    known = tmp_path / "known_hosts"
+    line = next(x for x in Path(str(web1.known_hosts)).read_text().splitlines()
+                if x.startswith(f"[{web1.hostname}]:{web1.port} "))
+    key = line.split(" ", 1)[1]
+    known.write_text(f"{web1.hostname} {key}\n")  # the same key, but for port 22 only
+    with pytest.raises(UnknownHostKey):
+        await RemoteBashSession(web1.model_copy(update={"known_hosts": known})).start()
+    known.write_text(f"[{web1.hostname}]:{web1.port} {key}\n")
+    async with RemoteBashSession(web1.model_copy(update={"known_hosts": known})) as s:
+        assert (await s.run("echo ok")).output == "ok\n"
