@@ -37,6 +37,7 @@ __all__ = [
     "exit_frame",
     "frame_command",
     "init_script",
+    "kill_count",
     "kill_script",
     "render_output",
     "shell_quote",
@@ -377,6 +378,14 @@ def render_output(capture: OutputCapture, limit: int,
 def exit_frame(script: str) -> bytes:
     """What to send an idle shell so that it replaces itself with ``/bin/sh -c script``."""
     return f"unset -f builtin 2>/dev/null; builtin exec /bin/sh -c {shell_quote(script)}\n".encode()
+
+
+def kill_count(output: str) -> int:
+    """How many processes a :func:`kill_script` run found (its ``RBKILL <n>`` line); 0 without one."""
+    for line in output.splitlines():
+        if line.startswith("RBKILL ") and line[7:].strip().isdigit():
+            return int(line[7:])
+    return 0
 
 
 def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_pid: int | None = None,

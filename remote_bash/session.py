@@ -539,10 +539,9 @@ class RemoteBashSession:
         if not call.finished and not shell.closed.is_set() and not shell.exited:
             # Nothing of the command left to signal, yet no sentinel: the shell itself is stuck
             # (a builtin loop, say). Its state cannot be saved; replace it.
-            pid = self.info.shell_pid if self.info else None
-            if pid:
-                await conn.run_side(framing.kill_script(tag, "KILL", also_pid=pid, below=pid, untagged_only=True),
-                                    timeout=5)
+            if shell_pid:
+                await conn.run_side(framing.kill_script(tag, "KILL", also_pid=shell_pid, below=shell_pid,
+                                                        untagged_only=True), timeout=5)
                 sent.append("KILL shell")
             await self._wait(call, shell, 2.0)
             replaced = True
@@ -559,10 +558,7 @@ class RemoteBashSession:
         shell_pid = self.info.shell_pid if self.info else None
         script = framing.kill_script(tag, sig, abort_pid=abort_pid, below=shell_pid, untagged_only=True)
         _status, out = await conn.run_side(script, timeout=10)
-        for line in out.splitlines():
-            if line.startswith("RBKILL "):
-                return int(line.split()[1])
-        return 0
+        return framing.kill_count(out)
 
     async def _finish(self, command: str, call: _Call, shell: ShellChannel, conn: SshConnection, timeout: float,
                       timed_out: bool, kill: KillReport | None, duration: float,
@@ -654,10 +650,10 @@ class RemoteBashSession:
                 framing.kill_script(f"REMOTE_BASH_SESSION={self.session_id}", "KILL"), timeout=10)
         except RemoteBashError:
             return
-        found = next((line.split()[1] for line in out.splitlines() if line.startswith("RBKILL ")), "0")
-        if found != "0":
+        found = framing.kill_count(out)
+        if found:
             await self._audit_write("exec.kill", reason="left running by a lost connection",
-                                    kill={"signals": ["KILL"], "processes": int(found)}, strict=False)
+                                    kill={"signals": ["KILL"], "processes": found}, strict=False)
 
     def _redact(self, text: str) -> str:
         return self._redactor.redact(text) if self._redactor is not None else text

@@ -122,3 +122,12 @@ def test_shell_quote_round_trip_in_bash() -> None:
     for s in samples:
         out = subprocess.run(["bash", "-c", f"printf %s {shell_quote(s)}"], capture_output=True, check=True).stdout
         assert out.decode() == s
+
+
+def test_kill_count_reads_the_script_report() -> None:
+    from remote_bash.framing import kill_count
+
+    assert kill_count("noise\nRBKILL 3\n") == 3
+    assert kill_count("RBKILL 0\n") == 0
+    assert kill_count("") == 0
+    assert kill_count("RBKILL x\n") == 0
