@@ -47,7 +47,15 @@ from .errors import (
     RemoteBashError,
     SelectionError,
 )
-from .fleet_run import Conversation, FleetRun, HostRun, format_run_recap, run, write_run_output_dir
+from .fleet_run import (
+    Conversation,
+    FleetRun,
+    HostRun,
+    count_statuses,
+    format_run_recap,
+    run,
+    write_run_output_dir,
+)
 from .inventory import Inventory
 from .models import CommandResult, Host
 from .policy import check_command
@@ -153,10 +161,7 @@ class FleetResult(_Model):
     @property
     def counts(self) -> dict[str, int]:
         """Hosts per status, only the statuses that occurred, in a fixed order."""
-        counts = dict.fromkeys(get_args(Status), 0)
-        for r in self.results:
-            counts[r.status] += 1
-        return {s: n for s, n in counts.items() if n}
+        return count_statuses(get_args(Status), (r.status for r in self.results))
 
     @property
     def exit_code(self) -> int:

@@ -31,7 +31,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from .agent import AgentConfig, AgentEvent, AgentOutcome
     from .fleet import FleetPool, FleetProgress, HostBashTool, _Progress
 
-__all__ = ["Conversation", "FleetRun", "HostRun", "format_run_recap", "run", "write_run_output_dir"]
+__all__ = ["Conversation", "FleetRun", "HostRun", "count_statuses", "format_run_recap", "run", "write_run_output_dir"]
 
 RunStatus = Literal["ok", "failed", "incomplete", "unreachable", "error", "skipped", "unused"]
 Mode = Literal["per-host", "coordinator"]
@@ -61,6 +61,14 @@ _EXIT_2: frozenset[str] = frozenset({"incomplete", "unreachable", "error", "skip
 
 # -- results ---------------------------------------------------------------------------------------
 
+
+
+def count_statuses(order: Iterable[str], statuses: Iterable[str]) -> dict[str, int]:
+    """How many of each status, only those that occurred, in ``order`` (shared with fleet.exec)."""
+    counts = dict.fromkeys(order, 0)
+    for status in statuses:
+        counts[status] += 1
+    return {s: n for s, n in counts.items() if n}
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -144,10 +152,7 @@ class FleetRun(_Model):
     @property
     def counts(self) -> dict[str, int]:
         """Hosts per status, only the statuses that occurred, in a fixed order."""
-        counts = dict.fromkeys(get_args(RunStatus), 0)
-        for r in self.results:
-            counts[r.status] += 1
-        return {s: n for s, n in counts.items() if n}
+        return count_statuses(get_args(RunStatus), (r.status for r in self.results))
 
     @property
     def exit_code(self) -> int:
