@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import asyncssh
+from asyncssh.public_key import get_default_certificate_algs, get_default_public_key_algs
 
 from .errors import (
     AuthenticationFailed,
+    ConfigError,
     ConnectError,
     ConnectionLost,
     ConnectionRefused,
@@ -58,19 +60,69 @@ class Credentials:
 
 @dataclass
 class _HostKeyCheck:
-    """The outcome of checking one host's key, filled in by the client callback."""
+    """What the configured known_hosts file pins for one host, and the outcome of checking its key.
+
+    The pins come from that one file only (never also from the user's own file), matched as
+    OpenSSH does: on a port other than 22 only ``[name]:port`` entries count, hashed names
+    match, ``@revoked`` keys are never trusted and ``@cert-authority`` keys vouch for host
+    certificates naming the host."""
 
     host: Host
     known_hosts: Path
+    trusted: list[asyncssh.SSHKey] = field(default_factory=list)
+    authorities: list[asyncssh.SSHKey] = field(default_factory=list)
+    revoked: list[asyncssh.SSHKey] = field(default_factory=list)
     seen: str = ""
     expected: list[str] = field(default_factory=list)
     accepted_new: bool = False
-    problem: str = ""  # "", "unknown", "changed", "revoked"
+    problem: str = ""  # "", "unknown", "changed", "revoked", "authority"
+    offered: str = ""
+
+    @classmethod
+    def load(cls, host: Host, known_hosts: Path) -> _HostKeyCheck:
+        known = _read_known_hosts(known_hosts)
+        # Match on the host's name and port only, never on the address it resolved to (as
+        # OpenSSH with CheckHostIP off): an entry for the IP must not override the name's pin.
+        # A host named by its IP address still matches its IP entry, its name being the IP.
+        # The port goes into the name, so that asyncssh's fallback from "[name]:port" to the
+        # bare name (which would trust the port-22 host's key on any port) never happens.
+        name = host.hostname
+        pattern = name if host.port == 22 else f"[{name}]:{host.port}"
+        keys, authorities, revoked, *_ = known.match(pattern, "", None)
+        if host.port != 22:
+            revoked = [*revoked, *known.match(name, "", None)[2]]
+        gone = {k.public_data for k in revoked}
+        return cls(host=host, known_hosts=known_hosts,
+                   trusted=[k for k in keys if k.public_data not in gone],
+                   authorities=[k for k in authorities if k.public_data not in gone],
+                   revoked=list(revoked))
+
+    def pins(self) -> tuple[list[asyncssh.SSHKey], list[asyncssh.SSHKey], list[asyncssh.SSHKey]]:
+        """The trusted keys, CA keys and revoked keys, in the form asyncssh's known_hosts option takes."""
+        return self.trusted, self.authorities, self.revoked
+
+    def host_key_algorithms(self) -> list[str]:
+        """The host key algorithms to offer, pinned kinds first (as OpenSSH orders them), so the
+        server presents the key that was pinned. Certificate algorithms only when a CA is listed
+        for the host (a certificate can be accepted only then); every other plain algorithm last,
+        so a changed key is seen and reported as changed rather than as a failed negotiation."""
+        algs: list[bytes] = []
+        for key in self.trusted:
+            algs.extend(a for a in key.sig_algorithms if a not in algs)
+        if self.authorities:
+            algs.extend(a for a in get_default_certificate_algs() if a not in algs)
+        algs.extend(a for a in get_default_public_key_algs() if a not in algs)
+        return [a.decode("ascii") for a in algs]
+
+    def expectation(self) -> list[str]:
+        return sorted({k.get_fingerprint("sha256") for k in self.trusted}) + sorted(
+            {f"a certificate signed by CA {k.get_fingerprint('sha256')}" for k in self.authorities})
 
 
 class _Client(asyncssh.SSHClient):
-    """Checks the server's host key against known_hosts ourselves, so the error can say which
-    key was seen and which one was expected, and so ``accept-new`` can record a first key."""
+    """Asked by asyncssh about a host key only when no pin of the configured file vouched for it
+    (revoked keys never get here: asyncssh refuses them first); keeps what was seen, so the error
+    can name the key seen and the one expected, and lets ``accept-new`` record a first key."""
 
     def __init__(self, check: _HostKeyCheck, on_lost: Callable[[Exception | None], None]) -> None:
         self._check = check
@@ -79,36 +131,25 @@ class _Client(asyncssh.SSHClient):
     def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
         check = self._check
         check.seen = key.get_fingerprint("sha256")
-        path = check.known_hosts
-        known = _read_known_hosts(path)
-        # Match on the host's name(s) and port only, never on the address it resolved to (as
-        # OpenSSH with CheckHostIP off): an entry for the IP must not override the name's pin.
-        # A host named by its IP address still matches its IP entry, its name being the IP.
-        names = {check.host.hostname, host}
-        trusted: list[asyncssh.SSHKey] = []
-        revoked: list[asyncssh.SSHKey] = []
-        for name in names:
-            # On another port than 22 only "[name]:port" entries count, as with OpenSSH (asyncssh
-            # would fall back to the bare name, trusting the port-22 host's key on any port).
-            pattern = name if port == 22 else f"[{name}]:{port}"
-            found = known.match(pattern, "", None)
-            trusted.extend(found[0])
-            revoked.extend(found[2])
-            revoked.extend(known.match(name, "", None)[2])
-        if any(k.public_data == key.public_data for k in revoked):
-            check.problem = "revoked"  # refused in every policy; accept-new never records it
+        if any(k.public_data == key.public_data for k in check.revoked):
+            check.problem = "revoked"
             return False
-        if any(k.public_data == key.public_data for k in trusted):
-            return True
-        if trusted:
+        if check.trusted or check.authorities:
             check.problem = "changed"
-            check.expected = sorted({k.get_fingerprint("sha256") for k in trusted})
+            check.expected = check.expectation()
             return False
         if check.host.host_key_policy == "accept-new":
-            _append_known_host(path, check.host, key)
+            _append_known_host(check.known_hosts, check.host, key)
             check.accepted_new = True
             return True
         check.problem = "unknown"
+        return False
+
+    def validate_host_ca_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
+        check = self._check
+        check.seen = f"a certificate signed by CA {key.get_fingerprint('sha256')}"
+        check.problem = "authority"
+        check.expected = check.expectation()
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -138,8 +179,7 @@ def _read_known_hosts(path: Path) -> asyncssh.SSHKnownHosts:
 def _append_known_host(path: Path, host: Host, key: asyncssh.SSHKey) -> None:
     """Append ``host``'s key, under an exclusive lock so that sessions accepting at once do not
     interleave, starting a new line first when the file (say, hand-edited) lacks a final newline."""
-    pattern = host.hostname if host.port == 22 else f"[{host.hostname}]:{host.port}"
-    line = f"{pattern} {key.export_public_key('openssh').decode().strip()}\n".encode()
+    line = f"{_pattern(host)} {key.export_public_key('openssh').decode().strip()}\n".encode()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
     try:
@@ -237,8 +277,15 @@ class SshConnection:
         self.host = host
         self._conn = conn
         self._hops = hops
-        self.host_key_fingerprint = check.seen
+        key = conn.get_server_host_key()
+        self.host_key_fingerprint = key.get_fingerprint("sha256") if key is not None else check.seen
+        """SHA-256 fingerprint of the host key this connection accepted."""
         self.host_key_accepted_new = check.accepted_new
+        vouched = key is not None and not check.accepted_new and all(
+            k.public_data != key.public_data for k in check.trusted)
+        self.host_key_ca = ", ".join(k.get_fingerprint("sha256") for k in check.authorities) if vouched else ""
+        """When the key was accepted through a host certificate: the fingerprint of the CA(s) listed
+        for the host that could have signed it; empty for a key pinned as such."""
         self.lost = lost
         self.lost_error: Exception | None = None
         peer = conn.get_extra_info("peername")
@@ -301,6 +348,11 @@ class SshConnection:
                 await asyncio.wait_for(conn.wait_closed(), 5)
 
 
+def _pattern(host: Host) -> str:
+    """How OpenSSH names ``host`` in known_hosts: ``[name]:port`` unless the port is 22."""
+    return host.hostname if host.port == 22 else f"[{host.hostname}]:{host.port}"
+
+
 def map_error(exc: BaseException, host: Host, *, during: str = "connecting", check: _HostKeyCheck | None = None,
               via: str | None = None) -> RemoteBashError:
     """Map an asyncssh or socket error to a remote_bash error that names the host and what to do."""
@@ -311,12 +363,21 @@ def map_error(exc: BaseException, host: Host, *, during: str = "connecting", che
             f"host key for {target} has CHANGED: the server presented {check.seen}, but "
             f"{check.known_hosts} expects {', '.join(check.expected)}. This may be a "
             "man-in-the-middle attack, or the host was reinstalled; if you know why it changed, "
-            f"remove the old line (ssh-keygen -R {host.hostname} -f {check.known_hosts}) and connect again",
+            f"remove the old line (ssh-keygen -R {_pattern(host)} -f {check.known_hosts}) and connect again",
             host=name, seen=check.seen, expected=", ".join(check.expected),
         )
-    if check is not None and check.problem == "revoked":
+    if check is not None and check.problem == "authority":
+        return HostKeyChanged(
+            f"host key for {target} is not trusted: the server presented {check.seen}, which "
+            f"{check.known_hosts} does not list as a @cert-authority for this host; it expects "
+            f"{', '.join(check.expected)}. This may be a man-in-the-middle attack",
+            host=name, seen=check.seen, expected=", ".join(check.expected),
+        )
+    revoked_by_asyncssh = isinstance(exc, asyncssh.HostKeyNotVerifiable) and "revoked" in str(exc).lower()
+    if check is not None and (check.problem == "revoked" or revoked_by_asyncssh):
+        what = check.seen or ", ".join(sorted({k.get_fingerprint("sha256") for k in check.revoked}))
         return HostKeyError(
-            f"host key {check.seen} of {target} is REVOKED in {check.known_hosts} (a @revoked line): "
+            f"host key {what} of {target} is REVOKED in {check.known_hosts} (a @revoked line): "
             "refusing to connect. The host must get a new key, which you then verify and add",
             host=name,
         )
@@ -328,15 +389,17 @@ def map_error(exc: BaseException, host: Host, *, during: str = "connecting", che
             host=name,
         )
     if isinstance(exc, asyncssh.PermissionDenied):
+        offered = f" (offered: {check.offered})" if check is not None and check.offered else ""
         return AuthenticationFailed(
             f"authentication as {host.user or 'the local user'} on {target} failed: the server refused "
-            "every key and password offered. Check that the key is in the remote authorized_keys, "
+            f"every key and password offered{offered}. Check that the key is in the remote authorized_keys, "
             "that ssh-agent holds it, or store a secret with 'remote-bash credentials set "
             f"{name}'",
             host=name,
         )
     if isinstance(exc, asyncssh.HostKeyNotVerifiable):
-        return UnknownHostKey(f"host key of {target} could not be verified: {exc}", host=name)
+        where = f" against {check.known_hosts}" if check is not None else ""
+        return HostKeyError(f"host key of {target} could not be verified{where}: {exc}", host=name)
     if isinstance(exc, TimeoutError) or (
         isinstance(exc, asyncssh.ConnectionLost) and "timeout" in str(exc).lower() and during == "connecting"
     ):
@@ -377,18 +440,28 @@ async def _connect_one(host: Host, creds: Credentials, tunnel: asyncssh.SSHClien
             "or set host_key_policy: accept-new",
             host=host.name,
         )
-    check = _HostKeyCheck(host=host, known_hosts=known_hosts)
-    client_keys: list[Any] = list(creds.keys)
-    client_keys.extend(str(p) for p in creds.key_files)
+    _check_key_files(host, creds)
+    try:
+        check = _HostKeyCheck.load(host, known_hosts)
+    except (OSError, ValueError) as exc:
+        raise HostKeyError(f"cannot read known_hosts file {known_hosts}: {exc}", host=host.name) from exc
+    agent, agent_keys = await _agent_keys(host, creds)
+    check.offered = _offered(creds, agent_keys)
+    client_keys: list[Any] = [*agent_keys, *creds.keys, *(str(p) for p in creds.key_files)]
     options: dict[str, Any] = {
         "port": host.port,
         "username": host.user or _local_user(),
-        "known_hosts": b"",  # checked by _Client.validate_host_public_key instead
-        "server_host_key_algs": "default",
+        # The only trust asyncssh gets is what the configured file pins for this name and port;
+        # anything else reaches _Client, which refuses it (or records it under accept-new).
+        "known_hosts": check.pins(),
+        "server_host_key_algs": check.host_key_algorithms(),
+        "x509_trusted_certs": None,
+        # None, never (): asyncssh reads ~/.ssh/id_* for () or an empty list, and a host must be
+        # reached only with the keys its credential setting names. The agent's keys are in the list.
         "client_keys": client_keys or None,
+        "agent_path": None,
         "passphrase": creds.passphrase,
         "password": creds.password,
-        "agent_path": () if creds.use_agent else None,
         "keepalive_interval": host.keepalive_interval or None,
         "keepalive_count_max": 3,
         "login_timeout": host.connect_timeout,
@@ -399,8 +472,6 @@ async def _connect_one(host: Host, creds: Credentials, tunnel: asyncssh.SSHClien
         "kbdint_auth": creds.password is not None,
         "password_auth": creds.password is not None,
     }
-    if not creds.use_agent and not client_keys:
-        options["client_keys"] = ()
     try:
         conn = await asyncio.wait_for(
             asyncssh.connect(host.hostname, client_factory=lambda: _Client(check, on_lost), **options),
@@ -410,7 +481,55 @@ async def _connect_one(host: Host, creds: Credentials, tunnel: asyncssh.SSHClien
         raise
     except (asyncssh.Error, OSError, TimeoutError, ValueError) as exc:
         raise map_error(exc, host, check=check, via=via) from exc
+    finally:
+        if agent is not None:
+            agent.close()  # its keys signed during authentication, which is over
     return conn, check
+
+
+def _check_key_files(host: Host, creds: Credentials) -> None:
+    """A key login needs a key file that exists: say so in one line rather than let asyncssh fail
+    on it, or (with no file named) fall back to keys nobody configured for this host."""
+    if host.credential == "key" and not creds.key_files and not creds.keys:
+        raise ConfigError(
+            f"credential: key needs identity_file: set identity_file for {host.name} in the inventory "
+            "(no other key is tried)", host=host.name,
+        )
+    for path in creds.key_files:
+        if not Path(path).expanduser().is_file():
+            raise ConfigError(f"identity_file {path} does not exist: fix identity_file for {host.name} "
+                              "in the inventory", host=host.name)
+
+
+async def _agent_keys(host: Host, creds: Credentials) -> tuple[asyncssh.SSHAgentClient | None, list[Any]]:
+    """The keys ssh-agent holds (at SSH_AUTH_SOCK), when the credentials use the agent; none when
+    there is no agent or it does not answer within the connect deadline."""
+    path = os.environ.get("SSH_AUTH_SOCK", "")
+    if not creds.use_agent or not path:
+        return None, []
+    agent = asyncssh.SSHAgentClient(path)
+    try:
+        keys = await asyncio.wait_for(agent.get_keys(), host.connect_timeout)
+    except asyncio.CancelledError:
+        agent.close()
+        raise
+    except (ValueError, OSError, TimeoutError):
+        agent.close()
+        return None, []
+    return agent, list(keys)
+
+
+def _offered(creds: Credentials, agent_keys: Sequence[Any]) -> str:
+    parts = []
+    if creds.use_agent:
+        parts.append(f"{len(agent_keys)} key(s) from ssh-agent" if os.environ.get("SSH_AUTH_SOCK")
+                     else "no ssh-agent (SSH_AUTH_SOCK is not set)")
+    parts.extend(f"identity file {p}" for p in creds.key_files)
+    if creds.keys:
+        parts.append(f"{len(creds.keys)} loaded key(s)")
+    if creds.password is not None:
+        parts.append("a password from the keyring")
+    return ", ".join(parts) or "nothing"
 
 
 def _local_user() -> str:

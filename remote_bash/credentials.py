@@ -7,7 +7,9 @@ the host's identity file, or as the login password when the host has no identity
 It must never block a connection: every keyring call runs on a daemon thread with a deadline,
 and a keyring that is missing, locked or broken is reported once (one ``WARNING`` on the
 ``remote_bash.credentials`` logger) and then left alone, so connections fall back to the agent
-and key files. Secrets are only ever handed to the SSH layer; nothing here writes them anywhere.
+and key files. Secrets are only ever handed to the SSH layer; nothing here writes them anywhere
+but the keyring, and never into a backend that keeps them readable (base64 is not encryption)
+unless the caller says so explicitly.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -29,10 +32,13 @@ from .models import Host
 __all__ = [
     "KEYRING_TIMEOUT",
     "SERVICE",
+    "StoredSecret",
     "acredentials_for",
     "aget_secret",
+    "backend_kind",
     "credentials_for",
     "delete_secret",
+    "describe_backend",
     "get_secret",
     "key_is_encrypted",
     "keyring_problem",
@@ -51,9 +57,52 @@ _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 _ADVICE = (
-    "install and configure a keyring backend (for a headless machine: pip install keyrings.alt, "
-    "or set PYTHON_KEYRING_BACKEND to a backend class)"
+    "install and configure a keyring backend that encrypts (for a headless machine: pip install "
+    "keyrings.cryptfile, and set PYTHON_KEYRING_BACKEND=keyrings.cryptfile.cryptfile.CryptFileKeyring)"
 )
+
+# Backends known to keep secrets encrypted at rest (by the OS, a desktop secret service, or a
+# keyring password). Matched against the backend's class and its bases, nearest first.
+_ENCRYPTING = frozenset({
+    "keyring.backends.SecretService.Keyring",
+    "keyring.backends.libsecret.Keyring",
+    "keyring.backends.kwallet.DBusKeyring",
+    "keyring.backends.macOS.Keyring",
+    "keyring.backends.Windows.WinVaultKeyring",
+    "keyrings.alt.file.EncryptedKeyring",
+    "keyrings.cryptfile.cryptfile.CryptFileKeyring",
+})
+# Backends that store the secret readable by anyone who can read their file (base64 is not
+# encryption), or that store nothing at all.
+_READABLE = frozenset({
+    "keyrings.alt.file.PlaintextKeyring",
+    "keyrings.alt.pyfs.PlaintextKeyring",
+    "keyrings.cryptfile.file.PlaintextKeyring",
+})
+_STORES_NOTHING = frozenset({"keyring.backends.fail.Keyring", "keyring.backends.null.Keyring"})
+
+
+def _class_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def backend_kind(backend: object) -> str:
+    """``encrypting``, ``readable``, ``nothing`` (stores nothing) or ``unknown``, for one backend."""
+    for cls in type(backend).__mro__:
+        name = _class_name(cls)
+        if name in _STORES_NOTHING:
+            return "nothing"
+        if name in _READABLE:
+            return "readable"
+        if name in _ENCRYPTING:
+            return "encrypting"
+    return "unknown"
+
+
+def describe_backend(backend: object) -> str:
+    """The backend's class, and its file when it keeps one (what ``credentials set`` reports)."""
+    path = getattr(backend, "file_path", None)
+    return _class_name(type(backend)) + (f" (file {path})" if isinstance(path, str) else "")
 
 
 class _State:
@@ -109,20 +158,52 @@ def _lookup(host_name: str) -> str | None:
     return secret or None
 
 
-def _store(host_name: str, secret: str | None) -> None:
+@dataclass(frozen=True)
+class StoredSecret:
+    """Where ``set_secret`` put a secret."""
+
+    backend: str
+    """The keyring backend's class, and its file when it keeps one."""
+    encrypted: bool
+    """Whether the backend is known to encrypt what it stores."""
+
+
+def _store(host_name: str, secret: str | None, store_readable: bool) -> StoredSecret:
     problem = _backend_problem()
     if problem:
         raise CredentialError(f"{problem}, so nothing can be stored; {_ADVICE}", host=host_name)
     import keyring
+    from keyring.backends import chainer
     from keyring.errors import PasswordDeleteError
 
-    if secret is not None:
-        keyring.set_password(SERVICE, host_name, secret)
-        return
-    try:
-        keyring.delete_password(SERVICE, host_name)
-    except PasswordDeleteError as exc:
-        raise CredentialError(f"no secret is stored for {host_name!r}", host=host_name) from exc
+    backend = keyring.get_keyring()
+    if secret is None:
+        try:
+            keyring.delete_password(SERVICE, host_name)
+        except PasswordDeleteError as exc:
+            raise CredentialError(f"no secret is stored for {host_name!r}", host=host_name) from exc
+        return StoredSecret(describe_backend(backend), backend_kind(backend) == "encrypting")
+    # A chainer hands the secret to its first backend that takes it: store through each in turn
+    # ourselves, so the one that is judged is the one that stores, and it can be named.
+    candidates = list(backend.backends) if isinstance(backend, chainer.ChainerBackend) else [backend]
+    for candidate in candidates:
+        kind = backend_kind(candidate)
+        named = describe_backend(candidate)
+        if kind == "nothing":
+            raise CredentialError(f"the keyring backend {named} stores nothing; {_ADVICE}", host=host_name)
+        if kind != "encrypting" and not store_readable:
+            why = ("stores secrets unencrypted (readable by anyone who can read its file)" if kind == "readable"
+                   else "is not known to encrypt what it stores")
+            raise CredentialError(
+                f"the keyring backend {named} {why}, so the secret was not stored: {_ADVICE}; or pass "
+                "--store-readable to store it there anyway", host=host_name,
+            )
+        try:
+            candidate.set_password(SERVICE, host_name, secret)
+        except NotImplementedError:
+            continue
+        return StoredSecret(named, kind == "encrypting")
+    raise CredentialError(f"no keyring backend would store the secret; {_ADVICE}", host=host_name)
 
 
 def _start(fn: Callable[[], _T]) -> concurrent.futures.Future[_T]:
@@ -173,21 +254,26 @@ async def aget_secret(host_name: str) -> str | None:
         return None
 
 
-def set_secret(host_name: str, secret: str) -> None:
-    """Store ``secret`` for ``host_name``; CredentialError saying what to do when it cannot."""
+def set_secret(host_name: str, secret: str, *, store_readable: bool = False) -> StoredSecret:
+    """Store ``secret`` for ``host_name`` and return which keyring backend stored it.
+
+    A backend that does not encrypt (or is not known to) is refused unless ``store_readable``;
+    one that stores nothing always is. CredentialError says what to do when it cannot be stored.
+    """
     if not secret:
         raise CredentialError("an empty secret cannot be stored", host=host_name)
-    _wait_store(host_name, secret)
+    return _wait_store(host_name, secret, store_readable)
 
 
-def delete_secret(host_name: str) -> None:
-    """Remove the secret of ``host_name``; CredentialError when there is none or the keyring fails."""
-    _wait_store(host_name, None)
+def delete_secret(host_name: str) -> StoredSecret:
+    """Remove the secret of ``host_name``, returning the backend; CredentialError when there is
+    none or the keyring fails."""
+    return _wait_store(host_name, None, False)
 
 
-def _wait_store(host_name: str, secret: str | None) -> None:
+def _wait_store(host_name: str, secret: str | None, store_readable: bool) -> StoredSecret:
     try:
-        _start(lambda: _store(host_name, secret)).result(STORE_TIMEOUT)
+        return _start(lambda: _store(host_name, secret, store_readable)).result(STORE_TIMEOUT)
     except CredentialError:
         raise
     except concurrent.futures.TimeoutError as exc:

@@ -441,6 +441,10 @@ class _Builder:
             hostname = fields.values.pop("hostname", name)
             hosts[name] = host = self.validate(fields, name, hostname, sorted(mine))
             self.check_patterns(host, fields)
+            if host.credential == "key" and host.identity_file is None:
+                # Never a silent login with whatever ~/.ssh/id_* holds: "key" means the named one.
+                raise self.fail("'key' needs identity_file (the private key to log in with): set "
+                                "identity_file, or use credential: agent or auto", (), fields.origins[("credential",)])
             for index, hop in enumerate(host.jump):
                 if hop not in hosts_raw:
                     raise self.fail(

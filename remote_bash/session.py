@@ -326,6 +326,7 @@ class RemoteBashSession:
         await self._audit_write(
             "session.start", bash_version=self.info.bash_version, os=self.info.os,
             shell_pid=self.info.shell_pid, host_key_accepted_new=conn.host_key_accepted_new,
+            host_key_ca=conn.host_key_ca or None,
             problems=problems or None, strict=False,
         )
         if problems:

@@ -101,8 +101,8 @@ def _cmd_credentials(ctx: _Context) -> int:
     if inventory is not None:
         inventory.host(name)  # SelectionError (with close matches) for a typo
     if ctx.args.action == "delete":
-        delete_secret(name)
-        _out(f"deleted the stored secret of {name}\n")
+        stored = delete_secret(name)
+        _out(f"deleted the stored secret of {name} from the keyring backend {stored.backend}\n")
         return 0
     if sys.stdin.isatty():
         import getpass
@@ -116,8 +116,9 @@ def _cmd_credentials(ctx: _Context) -> int:
     if not secret:
         _err(f"{PROG}: the secret is empty; nothing was stored")
         return EXIT_FAILED
-    set_secret(name, secret)
-    _out(f"stored the secret of {name} in the OS keyring (service 'remote-bash')\n")
+    stored = set_secret(name, secret, store_readable=ctx.args.store_readable)
+    how = "encrypted" if stored.encrypted else "NOT encrypted: readable by anyone who can read it"
+    _out(f"stored the secret of {name} in the keyring backend {stored.backend} ({how})\n")
     return 0
 
 

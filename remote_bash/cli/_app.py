@@ -137,6 +137,9 @@ def _parser() -> argparse.ArgumentParser:
             f"{PROG} credentials set web-1")
     p.add_argument("action", choices=["set", "delete"])
     p.add_argument("host", metavar="HOST")
+    p.add_argument("--store-readable", action="store_true",
+                   help="store the secret even in a keyring backend that does not encrypt it (such as "
+                        "keyrings.alt's PlaintextKeyring), where anyone who can read its file can read it")
     p.set_defaults(handler="_admin:_cmd_credentials")
 
     p = add("audit", "Show or verify a host's audit log.",
