@@ -669,8 +669,11 @@ class RemoteBashSession:
         record.setdefault("address", self.host.address)
         record.setdefault("user", self.host.user or (self.info.user if self.info else None))
         record.setdefault("operator", self.operator)
-        if self._conn is not None and self._conn.host_key_fingerprint:
-            record.setdefault("host_key", self._conn.host_key_fingerprint)
+        # After close the connection is gone, but session.end still names the key it accepted.
+        host_key = self._conn.host_key_fingerprint if self._conn is not None else (
+            self.info.host_key if self.info is not None else "")
+        if host_key:
+            record.setdefault("host_key", host_key)
         try:
             await self._audit.awrite(self.host.name, event, **record)
         except AuditError:

@@ -327,7 +327,7 @@ def test_audit_show_and_verify_detects_tampering(env: dict[str, str], tmp_path: 
 def test_credentials_set_and_delete(env: dict[str, str]) -> None:
     keyring = PlaintextKeyring()
     keyring.file_path = str(Path(env["XDG_DATA_HOME"]) / "python_keyring" / "keyring_pass.cfg")
-    stored = cli(env, "credentials", "set", "cli-a", stdin="pass-phrase-1\n")
+    stored = cli(env, "credentials", "set", "cli-a", "--store-readable", stdin="pass-phrase-1\n")
     assert stored.returncode == 0, stored.stderr
     assert keyring.get_password("remote-bash", "cli-a") == "pass-phrase-1"
 

@@ -401,7 +401,7 @@ async def test_key_passphrase_from_the_keyring(locked: Host, plaintext_keyring: 
         async with RemoteBashSession(locked, credentials=acredentials_for) as session:
             await session.run("true")
 
-    set_secret("sec-locked", PASSPHRASE)
+    set_secret("sec-locked", PASSPHRASE, store_readable=True)
     assert plaintext_keyring.get_password("remote-bash", "sec-locked") == PASSPHRASE
     assert credentials_for(locked).passphrase == PASSPHRASE
     async with RemoteBashSession(locked, credentials=acredentials_for) as session:
@@ -411,7 +411,8 @@ async def test_key_passphrase_from_the_keyring(locked: Host, plaintext_keyring: 
 
 def test_keyring_secret_never_reaches_output_or_audit(locked: Host, tmp_path: Path) -> None:
     inventory = {"sec-locked": entry(locked)}
-    stored = run_cli(tmp_path, inventory, "credentials", "set", "sec-locked", stdin=PASSPHRASE + "\n")
+    stored = run_cli(tmp_path, inventory, "credentials", "set", "sec-locked", "--store-readable",
+                     stdin=PASSPHRASE + "\n")
     assert stored.returncode == 0, stored.stderr
     out = run_cli(tmp_path, inventory, "exec", "sec-locked", "--", f"echo '{PASSPHRASE}'")
     assert out.returncode == 0, out.stderr
@@ -440,7 +441,7 @@ def test_no_keyring_backend_is_said_once_in_one_line(caplog: pytest.LogCaptureFi
     message = record.getMessage()
     assert "\n" not in message
     assert "keyring" in message
-    assert "keyrings.alt" in message
+    assert "keyrings.cryptfile" in message
     assert "PYTHON_KEYRING_BACKEND" in message
 
 
