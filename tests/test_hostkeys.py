@@ -61,6 +61,12 @@ class Signed:
     ca: str
     stranger: str
     host_key: Path
+    ca_key: Path
+
+
+def sign(ca_key: Path, host_key: Path, principal: str) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-s", str(ca_key), "-h", "-I", principal, "-n", principal,
+                    f"{host_key}.pub"], check=True, capture_output=True, timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +82,7 @@ def signed(hosts: TestHosts, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     ca = generate_keypair(keys / "ca", "test-ca")
     stranger = generate_keypair(keys / "stranger_ca", "stranger-ca")
     host_key = generate_keypair(work / "ssh_host_ed25519_key", "hk-signed-host")
-    subprocess.run(["ssh-keygen", "-q", "-s", str(ca), "-h", "-I", "hk-signed", "-n", CERT_ADDRESS,
-                    f"{host_key}.pub"], check=True, capture_output=True, timeout=30)
+    sign(ca, host_key, CERT_ADDRESS)
     cert = Path(f"{host_key}-cert.pub")
     assert cert.exists()
     server = start_sshd(work, address=CERT_ADDRESS, users=[hosts.user], host_key=host_key,
@@ -86,7 +91,7 @@ def signed(hosts: TestHosts, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     host = Host(name="hk-signed", hostname=server.address, port=server.port, user=hosts.user,
                 identity_file=hosts.client_key, credential="key")
     yield Signed(server, host, " ".join(Path(f"{ca}.pub").read_text().split()[:2]),
-                 " ".join(Path(f"{stranger}.pub").read_text().split()[:2]), host_key)
+                 " ".join(Path(f"{stranger}.pub").read_text().split()[:2]), host_key, ca)
     server.stop()
 
 
@@ -218,6 +223,23 @@ async def test_a_host_certificate_from_another_ca_is_refused(home: Path, signed:
         await reach(signed.host.model_copy(update={"known_hosts": known}))
     assert fingerprint(signed.ca, tmp_path) in str(caught.value)  # the CA that did sign it
     assert fingerprint(signed.stranger, tmp_path) in str(caught.value)  # the one expected
+
+
+async def test_a_certificate_for_another_name_is_refused(home: Path, hosts: TestHosts, signed: Signed,
+                                                        tmp_path: Path) -> None:
+    work = hosts.root / "hk-misnamed"
+    host_key = generate_keypair(work / "ssh_host_ed25519_key", "hk-misnamed-host")
+    sign(signed.ca_key, host_key, "db.example.org")
+    cert = Path(f"{host_key}-cert.pub")
+    server = start_sshd(work, address=CERT_ADDRESS, users=[hosts.user], host_key=host_key,
+                        authorized_keys=[hosts.client_key.with_suffix(".pub").read_text()],
+                        extra_config=(f"HostCertificate {cert}",))
+    try:
+        known = pin(tmp_path, f"@cert-authority * {signed.ca}")
+        with pytest.raises(HostKeyError, match="principal"):
+            await reach(signed.host.model_copy(update={"port": server.port, "known_hosts": known}))
+    finally:
+        server.stop()
 
 
 async def test_a_revoked_ca_is_refused(home: Path, signed: Signed, tmp_path: Path) -> None:
