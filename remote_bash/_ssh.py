@@ -445,8 +445,8 @@ async def _connect_one(host: Host, creds: Credentials, tunnel: asyncssh.SSHClien
         check = _HostKeyCheck.load(host, known_hosts)
     except (OSError, ValueError) as exc:
         raise HostKeyError(f"cannot read known_hosts file {known_hosts}: {exc}", host=host.name) from exc
-    agent, agent_keys = await _agent_keys(host, creds)
-    check.offered = _offered(creds, agent_keys)
+    agent, agent_keys, agent_note = await _agent_keys(host, creds)
+    check.offered = _offered(creds, agent_note)
     client_keys: list[Any] = [*agent_keys, *creds.keys, *(str(p) for p in creds.key_files)]
     options: dict[str, Any] = {
         "port": host.port,
@@ -501,29 +501,29 @@ def _check_key_files(host: Host, creds: Credentials) -> None:
                               "in the inventory", host=host.name)
 
 
-async def _agent_keys(host: Host, creds: Credentials) -> tuple[asyncssh.SSHAgentClient | None, list[Any]]:
-    """The keys ssh-agent holds (at SSH_AUTH_SOCK), when the credentials use the agent; none when
-    there is no agent or it does not answer within the connect deadline."""
+async def _agent_keys(host: Host, creds: Credentials) -> tuple[asyncssh.SSHAgentClient | None, list[Any], str]:
+    """The keys ssh-agent holds (at SSH_AUTH_SOCK), when the credentials use the agent, and what
+    to say about them when authentication fails; none when there is no agent or it does not
+    answer within the connect deadline."""
+    if not creds.use_agent:
+        return None, [], ""
     path = os.environ.get("SSH_AUTH_SOCK", "")
-    if not creds.use_agent or not path:
-        return None, []
+    if not path:
+        return None, [], "no ssh-agent (SSH_AUTH_SOCK is not set)"
     agent = asyncssh.SSHAgentClient(path)
     try:
         keys = await asyncio.wait_for(agent.get_keys(), host.connect_timeout)
     except asyncio.CancelledError:
         agent.close()
         raise
-    except (ValueError, OSError, TimeoutError):
+    except (ValueError, OSError, TimeoutError) as exc:
         agent.close()
-        return None, []
-    return agent, list(keys)
+        return None, [], f"no keys from ssh-agent ({path}: {exc or type(exc).__name__})"
+    return agent, list(keys), f"{len(keys)} key(s) from ssh-agent"
 
 
-def _offered(creds: Credentials, agent_keys: Sequence[Any]) -> str:
-    parts = []
-    if creds.use_agent:
-        parts.append(f"{len(agent_keys)} key(s) from ssh-agent" if os.environ.get("SSH_AUTH_SOCK")
-                     else "no ssh-agent (SSH_AUTH_SOCK is not set)")
+def _offered(creds: Credentials, agent_note: str) -> str:
+    parts = [agent_note] if agent_note else []
     parts.extend(f"identity file {p}" for p in creds.key_files)
     if creds.keys:
         parts.append(f"{len(creds.keys)} loaded key(s)")

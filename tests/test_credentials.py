@@ -117,6 +117,15 @@ async def test_an_empty_agent_says_so(agent: Agent, target: Host) -> None:
         await reach(host)
 
 
+async def test_a_dead_agent_socket_says_so(home: Path, target: Host, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(tmp_path / "no-agent.sock"))
+    host = target.model_copy(update={"credential": "agent", "identity_file": None})
+    with pytest.raises(AuthenticationFailed, match="no keys from ssh-agent") as caught:
+        await reach(host)
+    assert str(tmp_path / "no-agent.sock") in str(caught.value)
+
+
 async def test_agent_credential_uses_only_the_agent(home: Path, target: Host) -> None:
     host = target.model_copy(update={"credential": "agent"})  # identity_file set, but not for "agent"
     with pytest.raises(AuthenticationFailed, match="SSH_AUTH_SOCK is not set"):
