@@ -360,7 +360,7 @@ def map_error(exc: BaseException, host: Host, *, during: str = "connecting", che
             f"host key for {target} has CHANGED: the server presented {check.seen}, but "
             f"{check.known_hosts} expects {', '.join(check.expected)}. This may be a "
             "man-in-the-middle attack, or the host was reinstalled; if you know why it changed, "
-            f"remove the old line (ssh-keygen -R {_pattern(host)} -f {check.known_hosts}) and connect again",
+            f"remove the old line (ssh-keygen -R '{_pattern(host)}' -f '{check.known_hosts}') and connect again",
             host=name, seen=check.seen, expected=", ".join(check.expected),
         )
     if check is not None and check.problem == "authority":

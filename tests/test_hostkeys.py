@@ -313,4 +313,4 @@ def test_a_refused_key_is_one_line_in_the_cli(home: Path, plain: tuple[Host, Ssh
     assert out.stdout == ""
     assert len(out.stderr.splitlines()) == 1
     assert "CHANGED" in out.stderr
-    assert f"ssh-keygen -R [{server.address}]:{server.port}" in out.stderr
+    assert f"ssh-keygen -R '[{server.address}]:{server.port}' -f '{known}'" in out.stderr
