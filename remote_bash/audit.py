@@ -68,6 +68,8 @@ __all__ = [
 
 EVENTS = frozenset(
     {
+        "approval.asked",
+        "approval.answered",
         "session.start",
         "exec.start",
         "exec.end",

@@ -12,11 +12,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
+    "ApproveRule",
     "CommandPolicy",
     "CommandResult",
     "Host",
     "KillReport",
+    "RegexApproveRule",
     "ResourceLimits",
+    "WritesOutsideRule",
 ]
 
 DEFAULT_TIMEOUT = 120.0
@@ -62,6 +65,32 @@ class CommandPolicy(_Config):
     """With an ``allow`` list: whether shell operators (``;``, ``|``, ``&&``, ``$()``, ...) may chain
     further commands. ``False`` refuses them, since each would start an executable the allowlist
     never saw."""
+
+
+class RegexApproveRule(_Config):
+    """Ask before a command matching this regular expression is sent."""
+
+    regex: str
+    """A regular expression searched for in the command text."""
+
+
+class WritesOutsideRule(_Config):
+    """Ask before a command that writes outside these absolute paths is sent."""
+
+    writes_outside: list[str] = Field(min_length=1)
+    """Absolute paths under which writing needs no approval."""
+
+    @field_validator("writes_outside")
+    @classmethod
+    def _absolute(cls, value: list[str]) -> list[str]:
+        for path in value:
+            if not path.startswith("/"):
+                raise ValueError(f"writes_outside paths must be absolute, got {path!r}")
+        return value
+
+
+ApproveRule = Literal["privilege", "packages", "services", "deletions"] | RegexApproveRule | WritesOutsideRule
+"""One approval rule: a named class of commands, a regular expression, or writes outside paths."""
 
 
 class Host(_Config):
@@ -114,6 +143,9 @@ class Host(_Config):
     """Extra regular expressions whose matches are masked in output and audit records."""
     forks: int | None = Field(default=None, ge=1)
     """Largest number of hosts of this host's groups worked on at once by the fleet commands."""
+    approve: Literal["never", "all"] | list[ApproveRule] | None = None
+    """Which commands Claude asks for need a person's yes before they are sent: ``never``, ``all``
+    or a list of rules. ``None``: every named class on hosts labelled production, nothing elsewhere."""
 
     @field_validator("env")
     @classmethod

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from remote_bash.models import CommandPolicy
 
-__all__ = ["PolicyDecision", "check_command", "host_in_allowlist"]
+__all__ = ["PolicyDecision", "SimpleCommands", "check_command", "host_in_allowlist", "simple_commands"]
 
 _MAX_DEPTH = 32
 _MAX_REPARSES = 16
@@ -117,6 +117,29 @@ def check_command(command: str, policy: CommandPolicy) -> PolicyDecision:
     return PolicyDecision(True, "allow", "every command is in this host's allowlist")
 
 
+@dataclass(frozen=True)
+class SimpleCommands:
+    """What a command text would run, as far as a reading of its text can tell."""
+
+    commands: list[list[tuple[str, bool]]]
+    """Every simple command (inside substitutions and subshells too): its words after quote removal,
+    each with whether it is literal (no expansion, glob or brace could change it)."""
+    redirects: list[tuple[str, str, bool]]
+    """Redirections: the operator, the target after quote removal, and whether it is literal."""
+
+
+def simple_commands(command: str) -> SimpleCommands | None:
+    """The simple commands and redirections of ``command``; None when it cannot be read."""
+    try:
+        parsed = _parse(command)
+    except _ParseError:
+        return None
+    return SimpleCommands(
+        commands=[[(w.value, w.literal) for w in words] for words in parsed.commands],
+        redirects=[(op, w.value, w.literal) for op, w in parsed.redirects],
+    )
+
+
 def _basename(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
@@ -154,6 +177,8 @@ class _Parsed:
     """A separator (``;``, ``&``, newline) counted only once another command follows it."""
     reparses: int = 0
     """``((`` openings that turned out to be subshells and were read again (bounded)."""
+    redirects: list[tuple[str, _Word]] = field(default_factory=list)
+    """Output and input redirections with their targets (``>``, ``file``), here-documents left out."""
 
 
 def _parse(text: str) -> _Parsed:
@@ -174,6 +199,7 @@ class _Parser:
         self.depth = depth
         self.heredocs: list[tuple[str, bool, bool]] = []  # delimiter, strip tabs, expands
         self.heredoc_op: str | None = None
+        self.redirect_op = ""
 
     def parse_list(self, *, closing: bool) -> None:
         """Read commands up to the end of the text or, with ``closing``, the matching ``)``."""
@@ -229,6 +255,7 @@ class _Parser:
                     if op in ("<<", "<<-") and words and words[0].raw == "[[":
                         raise _ParseError("'<<' inside '[[ ]]'")
                     target = True
+                    self.redirect_op = op
                     self.heredoc_op = op if op in ("<<", "<<-") else None
             else:
                 word = self._word()
@@ -241,6 +268,8 @@ class _Parser:
                         quoted = any(q in word.raw for q in "'\"\\")
                         self.heredocs.append((word.value, self.heredoc_op == "<<-", not quoted))
                         self.heredoc_op = None
+                    else:
+                        self.out.redirects.append((self.redirect_op, word))
                 elif not (_FD.fullmatch(word.raw) and text.startswith(("<", ">"), self.pos)):
                     words = self._add(words, word)
         self._end(words)

@@ -438,6 +438,12 @@ class RemoteBashSession:
         await self._audit_write(event, command=command, tool_use_id=tool_use_id, rule=getattr(exc, "rule", None),
                                 error=exc.message, strict=False)
 
+    async def record(self, event: str, /, **fields: Any) -> None:
+        """Write an audit record of this session (approval questions and answers, edits).
+
+        Raises AuditError when it cannot be written: what it records must not happen unrecorded."""
+        await self._audit_write(event, strict=True, **fields)
+
     async def _run_locked(self, command: str, timeout: float, tool_use_id: str | None,
                           on_output: Callable[[str], None] | None) -> CommandResult:
         assert self._shell is not None and self._conn is not None

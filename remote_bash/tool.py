@@ -12,14 +12,21 @@ this module itself never imports anthropic.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from .errors import AccessDenied, AuditError, ConnectError, ConnectionLost, RemoteBashError
 from .models import CommandResult
 from .session import RemoteBashSession
 
-__all__ = ["BashTool", "ToolCallFailed", "format_result"]
+if TYPE_CHECKING:
+    from .approval import Approval, Need
+    from .models import Host
+
+Approver = Callable[["Host", str, "Need"], Awaitable["Approval"]]
+"""Asks a person whether ``command`` may run on the host, and returns their answer."""
+
+__all__ = ["Approver", "BashTool", "ToolCallFailed", "format_result", "run_bash_input"]
 
 TOOL_TYPE = "bash_20250124"
 TOOL_NAME = "bash"
@@ -80,10 +87,11 @@ class BashTool:
     """
 
     def __init__(self, session: RemoteBashSession, *, timeout: float | None = None,
-                 on_output: Callable[[str], None] | None = None) -> None:
+                 on_output: Callable[[str], None] | None = None, approver: Approver | None = None) -> None:
         self.session = session
         self.timeout = timeout
         self.on_output = on_output
+        self.approver = approver
         _register_with_sdk()
 
     # The tool as the anthropic SDK's runner sees it.
@@ -116,42 +124,88 @@ class BashTool:
 
     async def run(self, tool_input: object, *, tool_use_id: str | None) -> dict[str, Any]:
         """Validate the input, run it, and build the tool_result (tool_use_id filled by handle)."""
-        problem = _check_input(tool_input)
-        if problem:
-            return _result(tool_use_id, f"Error: {problem}", True)
-        assert isinstance(tool_input, Mapping)
-        if tool_input.get("restart") is True:
-            return await self._restart(tool_use_id)
-        command = tool_input["command"]
-        try:
-            result = await self.session.run(command, self.timeout, tool_use_id=tool_use_id,
-                                            on_output=self.on_output)
-        except AccessDenied as exc:  # already audited by the session or its gate
-            return _result(tool_use_id, f"Error: refused before running: {exc.message}", True)
-        except AuditError as exc:
-            return _result(tool_use_id, f"Error: not run, because it could not be audited: {exc.message}", True)
-        except ConnectionLost as exc:
-            text = exc.partial_output
-            note = (f"Error: {exc.message}")
-            return _result(tool_use_id, _join(text, note), True)
-        except ConnectError as exc:
-            return _result(tool_use_id, f"Error: could not reach the host: {exc.message}", True)
-        except RemoteBashError as exc:
-            return _result(tool_use_id, f"Error: {exc.message}", True)
-        text, is_error = format_result(result)
-        return _result(tool_use_id, text, is_error)
+        return await run_bash_input(self.session, tool_input, tool_use_id=tool_use_id, timeout=self.timeout,
+                                    on_output=self.on_output, approver=self.approver)
 
-    async def _restart(self, tool_use_id: str | None) -> dict[str, Any]:
-        try:
-            info = await self.session.restart()
-        except RemoteBashError as exc:
-            return _result(tool_use_id, f"Error: the restart failed: {exc.message}", True)
-        return _result(
-            tool_use_id,
-            f"The bash session was restarted: a new shell (pid {info.shell_pid}, bash {info.bash_version}) "
-            "with a clean working directory and environment; every process of the old one was stopped.",
-            False,
-        )
+
+async def run_bash_input(
+    session: RemoteBashSession,
+    tool_input: object,
+    *,
+    tool_use_id: str | None,
+    timeout: float | None = None,
+    on_output: Callable[[str], None] | None = None,
+    approver: Approver | None = None,
+) -> dict[str, Any]:
+    """The bash tool's contract on one input: validate, ask for approval where the host's rules say
+    so, run, and build the ``tool_result`` (never raises for anything Claude can cause)."""
+    problem = _check_input(tool_input)
+    if problem:
+        return _result(tool_use_id, f"Error: {problem}", True)
+    assert isinstance(tool_input, Mapping)
+    if tool_input.get("restart") is True:
+        return await _restart(session, tool_use_id)
+    command = tool_input["command"]
+    try:
+        refusal = await _approve(session, command, tool_use_id, approver)
+        if refusal is not None:
+            return _result(tool_use_id, refusal, True)
+        result = await session.run(command, timeout, tool_use_id=tool_use_id, on_output=on_output)
+    except AccessDenied as exc:  # already audited by the session or its gate
+        return _result(tool_use_id, f"Error: refused before running: {exc.message}", True)
+    except AuditError as exc:
+        return _result(tool_use_id, f"Error: not run, because it could not be audited: {exc.message}", True)
+    except ConnectionLost as exc:
+        text = exc.partial_output
+        note = (f"Error: {exc.message}")
+        return _result(tool_use_id, _join(text, note), True)
+    except ConnectError as exc:
+        return _result(tool_use_id, f"Error: could not reach the host: {exc.message}", True)
+    except RemoteBashError as exc:
+        return _result(tool_use_id, f"Error: {exc.message}", True)
+    text, is_error = format_result(result)
+    return _result(tool_use_id, text, is_error)
+
+
+async def _approve(session: RemoteBashSession, command: str, tool_use_id: str | None,
+                   approver: Approver | None) -> str | None:
+    """Ask for a person's yes when the host's approval rules name the command; the refusal text, or None.
+
+    The question and the answer are both audited before anything is sent (AuditError stops the call).
+    """
+    from .approval import Approval, approval_needed
+
+    need = approval_needed(command, session.host)
+    if need is None:
+        return None
+    await session.record("approval.asked", command=command, tool_use_id=tool_use_id, rule=need.rule,
+                         reason=need.reason)
+    if approver is None:
+        answer = Approval(False, "unavailable", reason="nobody can be asked here (no approver is configured)")
+    else:
+        answer = await approver(session.host, command, need)
+    await session.record("approval.answered", command=command, tool_use_id=tool_use_id, rule=need.rule,
+                         approved=answer.approved, how=answer.how, by=answer.by or None,
+                         minutes=answer.minutes or None, reason=answer.reason or None)
+    if answer.approved:
+        return None
+    why = f": {answer.reason}" if answer.reason else ""
+    return (f"Error: not run. On {session.host.name} this command needs a person's approval ({need.reason}), "
+            f"and it was not given ({answer.how}{why}). Do not retry it unchanged; ask the user or take "
+            "another way.")
+
+
+async def _restart(session: RemoteBashSession, tool_use_id: str | None) -> dict[str, Any]:
+    try:
+        info = await session.restart()
+    except RemoteBashError as exc:
+        return _result(tool_use_id, f"Error: the restart failed: {exc.message}", True)
+    return _result(
+        tool_use_id,
+        f"The bash session was restarted: a new shell (pid {info.shell_pid}, bash {info.bash_version}) "
+        "with a clean working directory and environment; every process of the old one was stopped.",
+        False,
+    )
 
 
 _registered = False

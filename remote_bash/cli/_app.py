@@ -159,6 +159,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler="_sandbox:_cmd_sandbox")
 
+    p = add("mcp", "Serve the inventory's hosts to an MCP client (Claude Code, Claude Desktop) over stdio: "
+                   "persistent, audited shells with approval of risky commands.",
+            f"claude mcp add remote-bash -- {PROG} mcp --allow 'env=staging'")
+    p.add_argument("--http", metavar="127.0.0.1:PORT",
+                   help="serve the streamable HTTP transport here instead of stdio (bearer token required: "
+                        "$REMOTE_BASH_MCP_TOKEN, else one is generated and printed on stderr)")
+    p.add_argument("--idle-timeout", type=_timeout, default=1800.0, metavar="SECONDS",
+                   help="close a host's session after this long unused (1800)")
+    p.add_argument("--approve-timeout", type=_timeout, default=300.0, metavar="SECONDS",
+                   help="refuse a command that needs approval when nobody answers within this (300)")
+    p.add_argument("--no-approve", action="store_true",
+                   help="run commands the hosts' approve rules name without asking (recorded in the audit log)")
+    p.add_argument("--public", action="store_true",
+                   help="with --http: allow an address other than loopback")
+    p.set_defaults(handler="_mcp:_cmd_mcp")
+
     p = add("fleet", "Run a command, or a task for Claude, on many hosts at once.",
             f"{PROG} fleet exec 'web:&env=production' --forks 20 -- systemctl is-active nginx",
             FLEET_EXIT_CODES)

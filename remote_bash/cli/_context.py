@@ -86,7 +86,8 @@ def _pick_host(inventory: Inventory, name: str | None) -> str:
                       f"(see '{PROG} hosts')")
 
 
-async def _session(ctx: _Context, inventory: Inventory, name: str) -> tuple[RemoteBashSession, Redactor]:
+async def _session(ctx: _Context, inventory: Inventory, name: str,
+                   wrap_audit: Callable[[AuditSink], AuditSink] | None = None) -> tuple[RemoteBashSession, Redactor]:
     """A session to ``name`` (not connected yet) and its redactor, which also masks the host's keyring
     secrets, so a command that prints one never shows it on screen or in the audit log."""
     from remote_bash.access import open_session
@@ -95,8 +96,9 @@ async def _session(ctx: _Context, inventory: Inventory, name: str) -> tuple[Remo
     host = inventory.hosts.get(name)
     creds = await _credentials(ctx, inventory, [host] if host is not None else [])
     redactor = Redactor(host.redact if host is not None else (), _literals(creds.values()))
-    session = open_session(inventory, name, allow=ctx.allow, audit=ctx.audit(redactor), redactor=redactor,
-                           credentials=_source(creds))
+    audit = ctx.audit(redactor)
+    session = open_session(inventory, name, allow=ctx.allow, audit=wrap_audit(audit) if wrap_audit else audit,
+                           redactor=redactor, credentials=_source(creds))
     return session, redactor
 
 

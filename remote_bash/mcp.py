@@ -1,0 +1,298 @@
+"""``remote-bash mcp``: persistent, audited remote shells for any MCP client.
+
+The only module that imports the MCP SDK. It exposes the hub's hosts as three tools: ``bash``
+(one persistent session per host for the life of the server, the same text and error flag Claude
+gets from :class:`~remote_bash.tool.BashTool`), ``hosts`` (what may be reached) and, when the
+editor tool is available, ``edit``. Everything else (the gate, the policy, redaction, limits, the
+audit log) is the session's, unchanged; audit records written during a call name the client.
+
+A command the host's ``approve`` rules name is asked about through the client (MCP elicitation:
+in-call on handshake-era connections, as an input-required round on 2026-era ones) and refused,
+saying why, when the client cannot ask or nobody answers in time. A client's cancellation kills
+the remote command as Ctrl-C does; the kill runs shielded, so its audit records are written.
+
+It must never print anything but protocol on stdout: logs go to stderr.
+"""
+# No `from __future__ import annotations`: the SDK reads the tools' annotations at run time, and
+# they name functions local to build_server.
+
+
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+import anyio
+import mcp_types as types
+from mcp.server.mcpserver import AcceptedElicitation, Context, Elicit, ElicitationResult, MCPServer, Resolve
+from pydantic import BaseModel, Field
+
+from .approval import Approval, Grants, Need, approval_needed
+from .errors import RemoteBashError
+from .hub import CLIENT, SessionHub
+from .models import Host
+
+__all__ = ["build_server", "serve_http", "serve_stdio"]
+
+log = logging.getLogger("remote_bash.mcp")
+
+_PROGRESS_EVERY = 1.0
+_PROGRESS_TAIL = 2000
+_KILL_WAIT = 60.0
+
+BASH_DESCRIPTION = (
+    "Run a bash command in a persistent shell on a remote host over SSH. Each host has one long-lived "
+    "session: the working directory, environment variables and shell functions persist between calls. "
+    "stdin is /dev/null and there is no terminal, so interactive programs (vim, less, password prompts) "
+    "cannot be used; pass non-interactive flags (-y, --no-pager). Output is stdout and stderr together; "
+    "very long output is cut in the middle. A command that outruns its timeout is killed on the host and "
+    "the session stays usable. Set restart=true to get a fresh shell. Some commands need a person's "
+    "approval before they run; a refusal says why. Call the hosts tool to see which hosts can be used."
+)
+HOSTS_DESCRIPTION = (
+    "List the hosts this server may reach: name, address, user, groups and labels. An optional host "
+    "pattern narrows the list (a name, a group, 'web-*', 'env=staging', 'web:&env=prod')."
+)
+
+
+class ApprovalForm(BaseModel):
+    """What the person answering is asked to fill in."""
+
+    decision: Literal["run once", "allow for minutes", "refuse"] = Field(
+        description="Run this exact command once, allow this exact command on this host for a while, or refuse")
+    minutes: int = Field(default=15, ge=1, le=1440, description="With 'allow for minutes': for how long")
+    reason: str = Field(default="", max_length=500, description="With 'refuse': why (the model is told)")
+
+
+class _Settings:
+    def __init__(self, approve: bool, approve_timeout: float) -> None:
+        self.approve = approve
+        self.approve_timeout = approve_timeout
+        self.grants = Grants()
+
+
+def build_server(hub: SessionHub, *, approve: bool = True, approve_timeout: float = 300.0,
+                 name: str = "remote-bash") -> MCPServer:
+    """An MCP server whose tools work on ``hub``'s hosts. ``approve=False`` skips approval questions
+    (the operator's explicit decision, recorded as ``how: all`` in the audit log)."""
+    settings = _Settings(approve, approve_timeout)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: MCPServer[Any]) -> AsyncIterator[None]:
+        reaper = asyncio.ensure_future(hub.run_reaper())
+        try:
+            yield None
+        finally:
+            reaper.cancel()
+            with anyio.CancelScope(shield=True):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reaper
+                await hub.aclose()
+
+    server: MCPServer[Any] = MCPServer(name, instructions=BASH_DESCRIPTION, lifespan=lifespan, log_level="WARNING")
+    logging.getLogger("asyncssh").setLevel(logging.WARNING)
+
+    async def approval(ctx: Context, command: str | None = None, host: str | None = None,
+                       restart: bool | None = None) -> Any:
+        """Decides, before the tool body runs, whether a person must be asked, and asks."""
+        if restart or not isinstance(command, str):
+            return None
+        try:
+            target = hub.resolve(host)
+        except RemoteBashError:
+            return None  # the tool body reports it
+        need = approval_needed(command, target)
+        if need is None:
+            return None
+        client = _client_name(ctx)
+        if not settings.approve:
+            return Approval(True, "all", by="operator (--no-approve)")
+        if settings.grants.covers(target.name, command):
+            return Approval(True, "granted", by=client)
+        caps = ctx.client_capabilities
+        if caps is None or caps.elicitation is None:
+            return Approval(False, "unavailable", reason=f"the MCP client ({client}) cannot ask a person "
+                                                         "(it does not support elicitation)")
+        message = _question(target, command, need)
+        if ctx.protocol_version in _modern_versions():
+            return Elicit(message, ApprovalForm)  # answered in a later round of the same call
+        with anyio.move_on_after(settings.approve_timeout):
+            try:
+                answer = await ctx.elicit(message, ApprovalForm)
+            except Exception as exc:  # the client failed to ask: fail closed, saying so
+                return Approval(False, "unavailable", reason=f"the client could not ask ({exc})")
+            return _to_approval(answer, client, settings, target.name, command)
+        return Approval(False, "timeout", reason=f"nobody answered within {settings.approve_timeout:g} s")
+
+    @server.tool(name="bash", description=BASH_DESCRIPTION)
+    async def bash(
+        ctx: Context,
+        asked: Annotated[ElicitationResult[Any], Resolve(approval)],
+        command: Annotated[str | None, Field(description="The bash command to run")] = None,
+        host: Annotated[str | None, Field(
+            description="The host to run it on (a name from the hosts tool); may be left out when only "
+                        "one host is selectable")] = None,
+        restart: Annotated[bool | None, Field(
+            description="true to replace this host's shell with a fresh one (cwd, variables reset)")] = None,
+        timeout: Annotated[float | None, Field(
+            description="Seconds before the command is killed (default: the host's; capped by the host's "
+                        "max_timeout)", gt=0)] = None,
+    ) -> types.CallToolResult:
+        client = _client_name(ctx)
+        CLIENT.set(client)
+        decided = _decision(asked, client, settings, host, command, hub)
+        tool_input: dict[str, Any] = {}
+        if command is not None:
+            tool_input["command"] = command
+        if restart is not None:
+            tool_input["restart"] = restart
+
+        async def approver(target: Host, cmd: str, need: Need) -> Approval:
+            return decided or Approval(False, "unavailable", reason="no answer was recorded")
+
+        progress = _Progress(ctx) if _progress_token(ctx) is not None else None
+        call = asyncio.ensure_future(hub.bash(
+            host, tool_input, tool_use_id=f"mcp-{ctx.request_id}", timeout=timeout,
+            on_output=progress.feed if progress else None, approver=approver))
+        ticker = asyncio.ensure_future(progress.run()) if progress else None
+        try:
+            result = await asyncio.shield(call)
+        except asyncio.CancelledError:
+            # The client cancelled: stop the remote command once, and let the session finish its kill
+            # and its audit records outside the SDK's cancel scope, which would cancel them again.
+            call.cancel()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_KILL_WAIT), \
+                    contextlib.suppress(BaseException):
+                await call
+            raise
+        finally:
+            if ticker is not None:
+                ticker.cancel()
+        return types.CallToolResult(content=[types.TextContent(type="text", text=result.text)],
+                                    is_error=result.is_error)
+
+    @server.tool(name="hosts", description=HOSTS_DESCRIPTION)
+    async def hosts(
+        pattern: Annotated[str | None, Field(description="A host pattern; default: every selectable host")] = None,
+    ) -> types.CallToolResult:
+        try:
+            chosen = hub.hosts(pattern)
+        except RemoteBashError as exc:
+            return types.CallToolResult(content=[types.TextContent(type="text", text=f"Error: {exc.message}")],
+                                        is_error=True)
+        rows = [{"name": h.name, "address": h.address, "user": h.user, "groups": h.groups, "labels": h.labels,
+                 "jump": h.jump} for h in chosen]
+        text = json.dumps(rows, ensure_ascii=False, indent=1) if rows else "No selectable host matches."
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=False)
+
+    return server
+
+
+def _decision(asked: Any, client: str, settings: _Settings, host: str | None, command: str | None,
+              hub: SessionHub) -> Approval | None:
+    """The approval outcome the resolver produced, as an :class:`Approval` (None: no question)."""
+    data = asked.data if isinstance(asked, AcceptedElicitation) else asked
+    if data is None or isinstance(data, Approval):
+        return data
+    try:
+        name = hub.resolve(host).name
+    except RemoteBashError:
+        return Approval(False, "unavailable", reason="the host could not be resolved")
+    return _to_approval(asked, client, settings, name, command or "")
+
+
+def _to_approval(answer: Any, client: str, settings: _Settings, host: str, command: str) -> Approval:
+    """A person's elicitation answer as an :class:`Approval`; a grant is remembered for its minutes."""
+    if isinstance(answer, AcceptedElicitation):
+        form = answer.data
+        if not isinstance(form, ApprovalForm):
+            try:
+                form = ApprovalForm.model_validate(form)
+            except ValueError:
+                return Approval(False, "unavailable", by=client, reason="the client's answer could not be read")
+        if form.decision == "refuse":
+            return Approval(False, "refused", by=client, reason=form.reason or "refused")
+        if form.decision == "allow for minutes":
+            settings.grants.add(host, command, form.minutes)
+            return Approval(True, "grant", by=client, minutes=float(form.minutes))
+        return Approval(True, "once", by=client)
+    action = getattr(answer, "action", "cancel")
+    return Approval(False, "refused", by=client,
+                    reason="the person declined" if action == "decline" else "the question was cancelled")
+
+
+def _question(host: Host, command: str, need: Need) -> str:
+    shown = command if len(command) <= 2000 else command[:2000] + " ..."
+    return (f"Claude wants to run this on {host.name} ({host.address}), which needs approval because "
+            f"{need.reason}:\n\n{shown}")
+
+
+def _client_name(ctx: Context) -> str:
+    params = ctx.session.client_params
+    info = params.client_info if params is not None else None
+    if info is None:
+        return "unknown MCP client"
+    return f"{info.name} {info.version}".strip()
+
+
+def _modern_versions() -> frozenset[str]:
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    return frozenset(MODERN_PROTOCOL_VERSIONS)
+
+
+def _progress_token(ctx: Context) -> Any:
+    meta = ctx.request_context.meta
+    return meta.get("progress_token") if meta is not None else None
+
+
+class _Progress:
+    """Output so far, sent as progress notifications about once a second while a command runs."""
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+        self._tail = ""
+        self._chars = 0
+        self._sent = 0
+
+    def feed(self, text: str) -> None:
+        self._chars += len(text)
+        self._tail = (self._tail + text)[-_PROGRESS_TAIL:]
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(_PROGRESS_EVERY)
+            if self._chars != self._sent:
+                self._sent = self._chars
+                with contextlib.suppress(Exception):
+                    await self._ctx.report_progress(float(self._chars), None, self._tail)
+
+
+async def serve_stdio(server: MCPServer[Any]) -> None:
+    """Serve MCP on stdin/stdout until the client goes away."""
+    await server.run_stdio_async()
+
+
+async def serve_http(server: MCPServer[Any], host: str, port: int, token: str) -> None:
+    """Serve the streamable HTTP transport on ``host:port``; every request needs ``Bearer <token>``."""
+    import uvicorn
+
+    app = server.streamable_http_app()
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, expected):
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": b"a valid bearer token is required\n"})
+                return
+        await app(scope, receive, send)
+
+    config = uvicorn.Config(guarded, host=host, port=port, log_level="warning", lifespan="on")
+    await uvicorn.Server(config).serve()
