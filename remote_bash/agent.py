@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .errors import RemoteBashError
 from .models import CommandResult
 from .session import RemoteBashSession
-from .tool import TOOL_NAME, TOOL_TYPE, BashTool
+from .tool import TOOL_NAME, TOOL_TYPE, Approver, BashTool
 
 __all__ = [
     "AgentConfig",
@@ -278,6 +278,7 @@ async def run_agent(
     client: anthropic.AsyncAnthropic | None = None,
     on_event: Callable[[AgentEvent], None] | None = None,
     resume: Path | None = None,
+    approver: Approver | None = None,
 ) -> AgentOutcome:
     """Have Claude carry out ``task`` on the session's host (with the bash tool), or with the tools
     of a :class:`ToolSet`; see the module docstring.
@@ -285,12 +286,13 @@ async def run_agent(
     With ``resume``, the conversation is rebuilt from that transcript and continued (``task``,
     when not empty, is added as a new instruction). Limits count this run only. Raises
     :class:`AgentError` when the API refuses a request for good; Ctrl-C returns an outcome
-    whose ``stop_reason`` is ``interrupted``.
+    whose ``stop_reason`` is ``interrupted``. ``approver`` is asked before a command the host's
+    ``approve`` rules name is sent; without one, such a command is refused.
     """
     if resume is None and not task.strip():
         raise AgentError("the task is empty: say what Claude should do on the host")
     if client is not None:
-        return await _run(task, session, config, client, on_event, resume)
+        return await _run(task, session, config, client, on_event, resume, approver)
     # The client reads ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL; it is closed with the run.
     try:
         own = anthropic.AsyncAnthropic(max_retries=config.max_retries)
@@ -300,12 +302,12 @@ async def run_agent(
         if not (own.api_key or own.auth_token or getattr(own, "credentials", None)):
             raise AgentError("no Anthropic API credentials: set ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL "
                              "for a proxy)")
-        return await _run(task, session, config, own, on_event, resume)
+        return await _run(task, session, config, own, on_event, resume, approver)
 
 
 async def _run(task: str, session: RemoteBashSession | ToolSet, config: AgentConfig,
                client: anthropic.AsyncAnthropic, on_event: Callable[[AgentEvent], None] | None,
-               resume: Path | None) -> AgentOutcome:
+               resume: Path | None, approver: Approver | None = None) -> AgentOutcome:
     if isinstance(session, ToolSet):
         system = _prompt_blocks(session.system_prompt, config.system_extra)
         name, user = session.name, None
@@ -316,7 +318,8 @@ async def _run(task: str, session: RemoteBashSession | ToolSet, config: AgentCon
         system = _system_blocks(session, config.system_extra)
         name, user, tools = session.host.name, session.info.user if session.info else None, TOOLS
     transcript, messages = await asyncio.to_thread(_prepare, task, name, user, tools, config, system, resume)
-    loop = _Loop(session, config, client, on_event or (lambda event: None), transcript, messages, system)
+    loop = _Loop(session, config, client, on_event or (lambda event: None), transcript, messages, system,
+                 approver)
     try:
         return await loop.run()
     finally:
@@ -353,7 +356,8 @@ class _Loop:
 
     def __init__(self, session: RemoteBashSession | ToolSet, config: AgentConfig,
                  client: anthropic.AsyncAnthropic, emit: Callable[[AgentEvent], None], transcript: _Transcript,
-                 messages: list[dict[str, Any]], system: list[dict[str, Any]]) -> None:
+                 messages: list[dict[str, Any]], system: list[dict[str, Any]],
+                 approver: Approver | None = None) -> None:
         self.config = config
         self.client = client
         self.emit = emit
@@ -370,7 +374,8 @@ class _Loop:
             handlers = session.tools
         else:
             self.watched = _Watched(session)
-            handlers = [BashTool(cast(RemoteBashSession, self.watched), on_output=self._on_output)]
+            handlers = [BashTool(cast(RemoteBashSession, self.watched), on_output=self._on_output,
+                                 approver=approver)]
         self.tools = {t.name: t for t in handlers}
         self.tool_defs = [t.to_dict() for t in handlers]
 

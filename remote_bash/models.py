@@ -89,6 +89,7 @@ class WritesOutsideRule(_Config):
         return value
 
 
+APPROVE_CLASSES = ("privilege", "packages", "services", "deletions")
 ApproveRule = Literal["privilege", "packages", "services", "deletions"] | RegexApproveRule | WritesOutsideRule
 """One approval rule: a named class of commands, a regular expression, or writes outside paths."""
 
@@ -146,6 +147,34 @@ class Host(_Config):
     approve: Literal["never", "all"] | list[ApproveRule] | None = None
     """Which commands Claude asks for need a person's yes before they are sent: ``never``, ``all``
     or a list of rules. ``None``: every named class on hosts labelled production, nothing elsewhere."""
+
+    @field_validator("approve", mode="before")
+    @classmethod
+    def _approve_rules(cls, value: object) -> object:
+        """One clear sentence for a wrong rule, instead of every member of the union failing at once."""
+        if value is None or value in ("never", "all"):
+            return value
+        if not isinstance(value, list):
+            raise ValueError(f"expected 'never', 'all' or a list of rules, got {value!r}")
+        for index, rule in enumerate(value):
+            if isinstance(rule, RegexApproveRule | WritesOutsideRule):
+                continue
+            if isinstance(rule, str):
+                if rule not in APPROVE_CLASSES:
+                    raise ValueError(f"rule {index}: {rule!r} is not a class of commands; expected one of "
+                                     f"{', '.join(APPROVE_CLASSES)}, {{regex: ...}} or {{writes_outside: [...]}}")
+                continue
+            if not (isinstance(rule, dict) and len(rule) == 1 and next(iter(rule)) in ("regex", "writes_outside")):
+                raise ValueError(f"rule {index}: expected a class name, {{regex: PATTERN}} or "
+                                 f"{{writes_outside: [PATHS]}}, got {rule!r}")
+            if "writes_outside" in rule:
+                paths = rule["writes_outside"]
+                if not isinstance(paths, list) or not paths or not all(
+                        isinstance(p, str) and p.startswith("/") for p in paths):
+                    raise ValueError(f"rule {index}: writes_outside takes a list of absolute paths, got {paths!r}")
+            elif not isinstance(rule["regex"], str):
+                raise ValueError(f"rule {index}: regex takes a string, got {rule['regex']!r}")
+        return value
 
     @field_validator("env")
     @classmethod

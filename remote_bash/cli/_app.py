@@ -77,6 +77,16 @@ def _since(value: str) -> datetime:
             f"{value!r} is not a time: use ISO 8601 (2025-01-31T12:00:00Z) or an age (30m, 2h, 7d)") from None
 
 
+def _approval_options(p: argparse.ArgumentParser) -> None:
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--approve", dest="approve", action="store_true", default=None,
+                       help="ask at the terminal before every command Claude runs")
+    group.add_argument("--no-approve", dest="approve", action="store_false",
+                       help="ask before nothing, whatever the hosts' approve rules say (recorded in the audit log)")
+    p.add_argument("--approve-timeout", type=_timeout, default=300.0, metavar="SECONDS",
+                   help="refuse a command when nobody answers the approval question within this (300)")
+
+
 def _parser() -> argparse.ArgumentParser:
     raw = argparse.RawDescriptionHelpFormatter
     common = argparse.ArgumentParser(add_help=False)
@@ -119,6 +129,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-turns", type=_positive, metavar="N", help="stop after N model turns")
     p.add_argument("--resume", metavar="TRANSCRIPT", help="continue the conversation saved in TRANSCRIPT")
     p.add_argument("--json", action="store_true", help="print events as JSON lines")
+    _approval_options(p)
     p.set_defaults(handler="_run:_cmd_run")
 
     p = add("hosts", "List the inventory's hosts.", f"{PROG} hosts 'web:&env=production'")

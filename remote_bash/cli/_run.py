@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from remote_bash.inventory import Inventory
     from remote_bash.redact import Redactor
 
+    from ._approve import Mode, TerminalApprover
+
 
 def _require_api_key(env: Mapping[str, str]) -> None:
     if env.get("ANTHROPIC_API_KEY") or env.get("ANTHROPIC_AUTH_TOKEN") or env.get("ANTHROPIC_BASE_URL"):
@@ -56,14 +58,27 @@ async def _run(ctx: _Context, inventory: Inventory, name: str, task: str, resume
         options["max_turns"] = ctx.args.max_turns
     session, redactor = await _session(ctx, inventory, name)
     view = _AgentView(redactor, as_json=ctx.args.json, tty=sys.stdout.isatty())
+    approver = _approver(ctx)
+    if approver.mode == "all":
+        session.host = session.host.model_copy(update={"approve": "all"})
     try:
-        outcome = await run_agent(task, session, AgentConfig(**options), on_event=view, resume=resume)
+        outcome = await run_agent(task, session, AgentConfig(**options), on_event=view, resume=resume,
+                                  approver=approver)
     finally:
         await session.close()
     view.finish(outcome)
     if outcome.stop_reason == "interrupted":
         return EXIT_INTERRUPTED
     return 0 if outcome.stop_reason == "end_turn" else EXIT_FAILED
+
+
+def _approver(ctx: _Context) -> TerminalApprover:
+    from ._approve import TerminalApprover
+
+    mode: Mode = "all" if ctx.args.approve is True else "none" if ctx.args.approve is False else "rules"
+    import getpass
+
+    return TerminalApprover(getpass.getuser(), mode=mode, timeout=ctx.args.approve_timeout)
 
 
 class _AgentView:

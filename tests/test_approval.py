@@ -1,0 +1,176 @@
+"""Approval of risky commands: the pure rules, and the terminal question of ``run`` through a real
+pseudo-terminal against real sshd and the scripted Messages endpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from remote_bash.approval import Grants, approval_needed, effective_rules
+from remote_bash.errors import InventoryError
+from remote_bash.inventory import load_inventory
+from remote_bash.models import Host
+
+from .messages_server import MessagesServer, Reply, text, tool_use
+from .sshd import TestHosts
+
+ROOT = Path(__file__).resolve().parents[1]
+PROD = Host(name="p", hostname="127.0.0.1", labels={"env": "production"})
+STAGING = Host(name="s", hostname="127.0.0.1", labels={"env": "staging"})
+
+
+@pytest.mark.parametrize("command", [
+    "sudo id", "env A=1 sudo -u root id", "bash -c 'su - root'", "nohup timeout 5 doas ls", "chmod u+s /bin/x",
+    "chmod 4755 /bin/x", "useradd bob", "apt-get install -y nginx", "dnf upgrade", "pip install requests",
+    "dpkg -i x.deb", "rpm -Uvh x.rpm", "systemctl restart nginx", "service nginx stop", "reboot", "pkill -f app",
+    "rm -f /tmp/x", "find /var -name '*.log' -delete", "dd if=/dev/zero of=/dev/sda", "mkfs.ext4 /dev/sdb1",
+    "git clean -fdx", "ls; rm x", "echo $(rm x)", "$CMD --now", "echo 'unclosed",
+])
+def test_production_default_asks_for_risky_commands(command: str) -> None:
+    assert approval_needed(command, PROD) is not None
+    assert approval_needed(command, STAGING) is None  # the default elsewhere: never
+
+
+@pytest.mark.parametrize("command", [
+    "ls -la /etc", "cat /var/log/syslog | tail", "systemctl status nginx", "apt list --installed", "dpkg -l",
+    "rpm -qa", "pip list", "df -h", "journalctl -u nginx -n 50", "echo rm", "grep sudo /etc/group",
+])
+def test_production_default_leaves_reading_alone(command: str) -> None:
+    assert approval_needed(command, PROD) is None
+
+
+def test_explicit_rules_regex_and_writes_outside() -> None:
+    host = Host(name="h", hostname="x", approve=[{"regex": r"\bprod-db\b"}, {"writes_outside": ["/tmp", "/srv/app"]}])
+    assert approval_needed("psql -h prod-db", host) is not None
+    assert approval_needed("echo hi > /tmp/a; cp x /srv/app/y", host) is None
+    need = approval_needed("echo hi > /etc/motd", host)
+    assert need is not None and "/etc/motd" in need.reason
+    assert approval_needed("tee -a /var/log/x < y", host) is not None
+    assert approval_needed("sed -i s/a/b/ /etc/hosts", host) is not None
+    assert approval_needed("echo x > relative.txt", host) is not None  # where it lands depends on cwd
+    assert approval_needed("echo x > /tmp/../etc/passwd", host) is not None
+    assert approval_needed("sudo id", host) is None  # not a named class of this host
+    assert approval_needed("ls", Host(name="h", hostname="x", approve="all")) is not None
+    assert approval_needed("reboot", Host(name="h", hostname="x", labels={"env": "prod"}, approve="never")) is None
+    assert effective_rules(PROD) == ("privilege", "packages", "services", "deletions")
+
+
+def test_inventory_approve_errors_name_the_field(tmp_path: Path) -> None:
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text("hosts:\n  a: {hostname: x, approve: [writes_outside]}\n")
+    with pytest.raises(InventoryError, match=r"hosts\.a\.approve"):
+        load_inventory(inv)
+    inv.write_text("hosts:\n  a: {hostname: x, approve: [{writes_outside: [tmp]}]}\n")
+    with pytest.raises(InventoryError, match="absolute"):
+        load_inventory(inv)
+
+
+@given(st.text(max_size=200))
+def test_never_raises_and_unreadable_text_asks(command: str) -> None:
+    need = approval_needed(command, PROD)
+    assert need is None or need.reason
+
+
+def test_grants_expire() -> None:
+    now = [0.0]
+    grants = Grants(clock=lambda: now[0])
+    grants.add("h", "sudo id", 1)
+    assert grants.covers("h", "sudo id") and not grants.covers("h", "sudo id ") and not grants.covers("g", "sudo id")
+    now[0] = 61.0
+    assert not grants.covers("h", "sudo id")
+
+
+def _read_until(fd: int, needle: bytes, seconds: float = 30.0) -> bytes:
+    seen = b""
+    deadline = time.monotonic() + seconds
+    while needle not in seen:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"never saw {needle!r} on the terminal; saw {seen[-2000:]!r}")
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    return seen
+
+
+@pytest.fixture
+def prod_env(hosts: TestHosts, server: MessagesServer, tmp_path: Path) -> dict[str, str]:
+    host = hosts.start(f"ap-{tmp_path.name[-6:]}")
+    home = tmp_path / "home"
+    home.mkdir()
+    (tmp_path / "hosts.yaml").write_text(json.dumps({"hosts": {"prod-1": {
+        "hostname": host.hostname, "port": host.port, "user": host.user, "credential": "key",
+        "identity_file": str(host.identity_file), "known_hosts": str(host.known_hosts),
+        "labels": {"env": "production"}}}}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "REMOTE_BASH_", "XDG_"))}
+    env.update(HOME=str(home), XDG_STATE_HOME=str(home / ".state"), ANTHROPIC_API_KEY="test",
+               ANTHROPIC_BASE_URL=server.url, REMOTE_BASH_INVENTORY=str(tmp_path / "hosts.yaml"),
+               REMOTE_BASH_AUDIT_DIR=str(tmp_path / "audit"), PYTHONPATH=str(ROOT))
+    return env
+
+
+def test_run_asks_at_the_terminal(prod_env: dict[str, str], server: MessagesServer, tmp_path: Path) -> None:
+    server.add(
+        Reply([tool_use({"command": "sudo id"}, id="toolu_refused")]),
+        Reply([tool_use({"command": "rm -f /tmp/rb-approve-\x1b[31mx; echo removed"}, id="toolu_once")]),
+        Reply([text("Done.")]),
+    )
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the CLI, with the pseudo-terminal as its controlling terminal
+        os.chdir(ROOT)
+        os.execve(sys.executable, [sys.executable, "-m", "remote_bash.cli", "run", "--host", "prod-1", "tidy up"],  # noqa: S606
+                  prod_env)
+    try:
+        screen = _read_until(fd, b"[n] refuse")
+        assert b"prod-1" in screen and b"sudo id" in screen
+        os.write(fd, b"n not on production\n")
+        screen = _read_until(fd, b"[n] refuse")
+        assert b"\\x1b[31m" in screen and b"\x1b[31m" not in screen.split(b"[approval]")[-1]
+        os.write(fd, b"y\n")
+        _read_until(fd, b"Done.")
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0
+    results = {r["tool_use_id"]: r for r in server.tool_results(1)} | {r["tool_use_id"]: r
+                                                                        for r in server.tool_results(2)}
+    assert results["toolu_refused"]["is_error"] and "not on production" in str(results["toolu_refused"]["content"])
+    assert "removed" in str(results["toolu_once"]["content"])
+    records = [json.loads(line) for line in (tmp_path / "audit" / "prod-1.jsonl").read_text().splitlines()]
+    answered = [(r["tool_use_id"], r["how"], r["approved"]) for r in records if r["event"] == "approval.answered"]
+    assert answered == [("toolu_refused", "refused", False), ("toolu_once", "once", True)]
+    assert not [r for r in records if r["event"] == "exec.start" and r["command"] == "sudo id"]
+
+
+def test_run_without_a_terminal_refuses_and_no_approve_runs(prod_env: dict[str, str],
+                                                           server: MessagesServer, tmp_path: Path) -> None:
+    server.add(Reply([tool_use({"command": "rm -f /tmp/rb-none"}, id="toolu_a")]), Reply([text("ok")]))
+    cmd = [sys.executable, "-m", "remote_bash.cli", "run", "--host", "prod-1", "x"]
+    out = subprocess.run(cmd, env=prod_env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL, start_new_session=True, check=False)
+    assert out.returncode == 0, out.stderr
+    result = server.tool_results(1)[0]
+    assert result["is_error"] and "no terminal" in str(result["content"])
+    server.add(Reply([tool_use({"command": "rm -f /tmp/rb-none; echo ran"}, id="toolu_b")]), Reply([text("ok")]))
+    out = subprocess.run([*cmd[:4], "--no-approve", *cmd[4:]], env=prod_env, cwd=ROOT, capture_output=True,
+                         text=True, timeout=60, stdin=subprocess.DEVNULL, start_new_session=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "ran" in str(server.tool_results(-1)[0]["content"])
+    records = [json.loads(line) for line in (tmp_path / "audit" / "prod-1.jsonl").read_text().splitlines()]
+    assert [r["how"] for r in records if r["event"] == "approval.answered"] == ["unavailable", "all"]
