@@ -294,3 +294,14 @@ def test_http_refuses_a_public_address_without_the_flag(lab: dict[str, Any], tmp
     out = subprocess.run([sys.executable, "-m", "remote_bash.cli", "--inventory", str(lab["inventory"]), "mcp",
                           "--http", "0.0.0.0:8765"], cwd=ROOT, capture_output=True, text=True, timeout=30, check=False)
     assert out.returncode == 2 and "not a loopback address" in out.stderr and "--public" in out.stderr
+
+
+async def test_idle_session_closes_and_comes_back(lab: dict[str, Any], tmp_path: Path) -> None:
+    async with _client(lab, tmp_path, "--idle-timeout", "1") as client:
+        await client.call_tool("bash", {"host": "mcp-a", "command": "export GONE=soon"})
+        await _until(lambda: any(r["event"] == "session.end" for r in _records(tmp_path, "mcp-a")),
+                     "the idle session to be closed")
+        back = await client.call_tool("bash", {"host": "mcp-a", "command": "echo \"[$GONE]\""})
+        assert _text(back).strip() == "[]"  # a new session: the old shell's state went with it
+    starts = [r for r in _records(tmp_path, "mcp-a") if r["event"] == "session.start"]
+    assert len(starts) == 2
