@@ -20,8 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import mcp_types as types
 from mcp import Client
@@ -29,6 +28,8 @@ from mcp.client.stdio import StdioServerParameters
 
 from remote_bash.session import RemoteBashSession
 from tests.sshd import make_test_hosts
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 async def main(calls: int, rounds: int) -> None:
