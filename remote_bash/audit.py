@@ -44,18 +44,20 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import hmac
 import json
 import math
 import os
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path, PurePath
 from typing import Any
 
-from remote_bash.errors import AuditError
+from remote_bash._paths import UnsafePath, open_private, private_dir, state_dir
+from remote_bash.errors import AuditError, RemoteBashError
 from remote_bash.redact import Redactor
 
 __all__ = [
@@ -64,6 +66,9 @@ __all__ = [
     "VerifyReport",
     "default_audit_dir",
     "format_records",
+    "load_key_file",
+    "new_key",
+    "write_key_file",
 ]
 
 EVENTS = frozenset(
@@ -82,7 +87,7 @@ EVENTS = frozenset(
 )
 """The events a record may carry."""
 
-_RESERVED = ("ts", "event", "host", "seq", "prev", "hash")
+_RESERVED = ("ts", "event", "host", "seq", "prev", "hash", "mac")
 _REDACTED_FIELDS = frozenset({"command", "output_head", "output_tail", "error"})
 _GENESIS = "0" * 64
 _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
@@ -91,19 +96,15 @@ _SURROGATES = re.compile("[\ud800-\udfff]")
 
 
 def default_audit_dir(env: Mapping[str, str] | None = None) -> Path:
-    """``$REMOTE_BASH_AUDIT_DIR``, else ``$XDG_STATE_HOME/remote-bash/audit``.
+    """``$REMOTE_BASH_AUDIT_DIR``, else ``audit`` in the state directory.
 
-    ``XDG_STATE_HOME`` defaults to ``~/.local/state`` (and is ignored unless absolute,
-    as the XDG spec says).
+    That is ``$XDG_STATE_HOME/remote-bash/audit``; ``XDG_STATE_HOME`` defaults to
+    ``~/.local/state`` and is ignored unless absolute, as the XDG spec says.
     """
     env = os.environ if env is None else env
     if explicit := env.get("REMOTE_BASH_AUDIT_DIR"):
         return Path(explicit).expanduser()
-    state = env.get("XDG_STATE_HOME", "")
-    if not os.path.isabs(state):
-        home = env.get("HOME") or str(Path.home())
-        state = os.path.join(home, ".local", "state")
-    return Path(state) / "remote-bash" / "audit"
+    return state_dir(env) / "audit"
 
 
 def _file_name(host: str) -> str:
@@ -122,6 +123,10 @@ def _file_name(host: str) -> str:
     return f"{name}.jsonl"
 
 
+KeySource = Callable[[str], bytes | None]
+"""Gives the audit key of a host (``None``: that host's log is unkeyed)."""
+
+
 @dataclass
 class VerifyReport:
     """What :meth:`AuditLog.verify` found."""
@@ -133,7 +138,17 @@ class VerifyReport:
     files: list[Path] = field(default_factory=list)
     """The files checked, oldest first."""
     problems: list[str] = field(default_factory=list)
-    """One line per problem: ``file:line: what is wrong``."""
+    """One line per problem, the first bad record first: ``file:line: seq N: what is wrong``."""
+    keyed: bool = False
+    """True when an audit key checked the MAC of the records: an edit recomputed without the key
+    fails. False means only the hash chain was checked, which shows edits but not forgery by
+    someone who can recompute the hashes."""
+    last_seq: int | None = None
+    """The seq of the newest record (records removed from the end cannot be seen in the log itself)."""
+    last_ts: str | None = None
+    """The time of the newest record."""
+    notes: list[str] = field(default_factory=list)
+    """What the check could not establish, in sentences."""
 
 
 class AuditLog:
@@ -143,6 +158,11 @@ class AuditLog:
     without it a record survives a crash of the process but not of the machine).
     ``redactor`` masks secrets in ``command``, ``output_head``, ``output_tail`` and
     ``error``. ``keep`` is how many rotated files are kept per host.
+
+    ``key`` keys the chain: a secret (bytes, at least 16), or a function giving each host's key
+    (``None`` for an unkeyed host; called once per host). Each record then carries ``mac``, an
+    HMAC-SHA256 of its line, so that a chain edited and recomputed without the key fails
+    :meth:`verify`. A log whose last record carries a MAC is never continued without one.
     """
 
     def __init__(
@@ -153,9 +173,12 @@ class AuditLog:
         max_bytes: int = 50 * 2**20,
         redactor: Redactor | None = None,
         keep: int = 20,
+        key: bytes | KeySource | None = None,
     ) -> None:
         if max_bytes < 1 or keep < 1:
             raise ValueError("max_bytes and keep must be positive")
+        if isinstance(key, bytes):
+            _check_key(key)
         self.directory = Path(directory)
         self.fsync = fsync
         self.max_bytes = max_bytes
@@ -163,9 +186,29 @@ class AuditLog:
         self.keep = keep
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
-        # host -> (st_dev, st_ino, st_size, seq, hash) of the current file after our last write,
-        # so the common case does not read the file back.
-        self._last: dict[str, tuple[int, int, int, int, str]] = {}
+        self._key = key
+        self._keys: dict[str, bytes | None] = {}
+        self._dir_ready = False
+        # host -> (st_dev, st_ino, st_size, seq, hash, keyed) of the current file after our last
+        # write, so the common case does not read the file back.
+        self._last: dict[str, tuple[int, int, int, int, str, bool]] = {}
+
+    def key_for(self, host: str) -> bytes | None:
+        """The audit key of ``host``, or ``None`` (raises AuditError when the key cannot be loaded)."""
+        if host in self._keys:
+            return self._keys[host]
+        key = self._key
+        if callable(key):
+            try:
+                key = key(host)
+            except AuditError:
+                raise
+            except RemoteBashError as exc:
+                raise AuditError(f"cannot load the audit key: {exc.message}", host=host) from exc
+            if key is not None:
+                _check_key(key)
+        self._keys[host] = key
+        return key
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -207,17 +250,24 @@ class AuditLog:
         path = self.path(host)
         extra = {str(key): _plain(value, key) for key, value in fields.items()}
         if self.redactor is not None:
-            for key in _REDACTED_FIELDS & extra.keys():
-                if isinstance(extra[key], str):
-                    extra[key] = self.redactor.redact(extra[key])
+            for name in _REDACTED_FIELDS & extra.keys():
+                if isinstance(extra[name], str):
+                    extra[name] = self.redactor.redact(extra[name])
+        key = self.key_for(host)
         with self._thread_lock(host):
             try:
-                _make_dirs(self.directory)
+                if not self._dir_ready:
+                    private_dir(self.directory, what="the audit log")
+                    self._dir_ready = True
                 with _flocked(path.with_name(f"{path.name}.lock"), fcntl.LOCK_EX, create=True):
-                    return self._append(host, event, path, extra)
+                    return self._append(host, event, path, extra, key)
             except AuditError:
                 raise
+            except UnsafePath as exc:
+                raise AuditError(f"{exc.message}; the command was not run because it could not be audited",
+                                 host=host) from exc
             except OSError as exc:
+                self._dir_ready = False  # the directory may have gone: check it again next time
                 raise _audit_error(host, path, exc) from exc
 
     async def awrite(self, host: str, event: str, /, **fields: Any) -> dict[str, Any]:
@@ -228,21 +278,33 @@ class AuditLog:
         with self._locks_guard:
             return self._locks.setdefault(host, threading.Lock())
 
-    def _append(self, host: str, event: str, path: Path, extra: dict[str, Any]) -> dict[str, Any]:
+    def _append(
+        self, host: str, event: str, path: Path, extra: dict[str, Any], key: bytes | None
+    ) -> dict[str, Any]:
         fd = _open_log(path)
         try:
             stat = os.fstat(fd)
-            seq, prev = self._previous(host, path, fd, stat)
+            seq, prev, keyed = self._previous(host, path, fd, stat)
+            if keyed and key is None:
+                raise AuditError(
+                    f"the audit log {path} is keyed (its last record carries a MAC) but no audit key was "
+                    "found, and a keyed log is never continued without one; make the key available "
+                    "(the keyring entry or the inventory's audit_key_file); "
+                    "the command was not run because it could not be audited",
+                    host=host,
+                )
             # Stamped under the lock, so time order and seq order agree.
             head = {"ts": _now(), "event": event, "host": _plain(host, "host"), "seq": seq + 1, "prev": prev}
             record = {**head, **extra}
-            body = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-            record["hash"] = _sha256(body.encode())
-            data = f'{body[:-1]},"hash":"{record["hash"]}"}}'.encode()
+            body = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+            data = _seal(body, key)
+            record["hash"] = _sha256(body)
+            if key is not None:
+                record["mac"] = data[-66:-2].decode()
             if stat.st_size > 0 and stat.st_size + len(data) + 1 > self.max_bytes:
                 os.close(fd)
                 fd = -1
-                self._rotate(host, path)
+                self._rotate(host, path, key)
                 fd = _open_log(path)
                 stat = os.fstat(fd)
             _write_line(fd, data + b"\n", stat.st_size, host, path)
@@ -254,48 +316,51 @@ class AuditLog:
                 stat.st_size + len(data) + 1,
                 seq + 1,
                 _sha256(data),
+                key is not None,
             )
             return record
         finally:
             if fd >= 0:
                 os.close(fd)
 
-    def _previous(self, host: str, path: Path, fd: int, stat: os.stat_result) -> tuple[int, str]:
-        """The seq and line hash of the last record written for ``host``."""
+    def _previous(self, host: str, path: Path, fd: int, stat: os.stat_result) -> tuple[int, str, bool]:
+        """The seq and line hash of the last record written for ``host``, and whether it was keyed."""
         cached = self._last.get(host)
         if cached is not None and cached[:3] == (stat.st_dev, stat.st_ino, stat.st_size):
-            return cached[3], cached[4]
+            return cached[3], cached[4], cached[5]
         if stat.st_size > 0:
             return _last_record(host, path, fd, stat.st_size)
         newest = _rotated(path, 1)
         if newest.exists():
-            rfd = os.open(newest, os.O_RDONLY | os.O_CLOEXEC)
+            rfd = _open_read(newest)
             try:
                 return _last_record(host, newest, rfd, os.fstat(rfd).st_size)
             finally:
                 os.close(rfd)
         try:
-            anchor = _read_anchor(_anchor_path(path))
+            anchor = _read_anchor(_anchor_path(path), host, None)
         except ValueError as exc:
             raise AuditError(
                 f"{_anchor_path(path)}: {exc}; the command was not run because it could not be audited",
                 host=host,
             ) from exc
-        return anchor if anchor is not None else (0, _GENESIS)
+        if anchor is None:
+            return 0, _GENESIS, False
+        return anchor.seq, anchor.digest, anchor.mac != "absent"
 
-    def _rotate(self, host: str, path: Path) -> None:
+    def _rotate(self, host: str, path: Path, key: bytes | None) -> None:
         numbers = sorted(self._rotated_numbers(path), reverse=True)
         for number in numbers:
             if number < self.keep:
                 break
             # Oldest first, so the anchor ends up at the last record of the newest pruned file.
             old = _rotated(path, number)
-            rfd = os.open(old, os.O_RDONLY | os.O_CLOEXEC)
+            rfd = _open_read(old)
             try:
-                seq, digest = _last_record(host, old, rfd, os.fstat(rfd).st_size)
+                seq, digest, _keyed = _last_record(host, old, rfd, os.fstat(rfd).st_size)
             finally:
                 os.close(rfd)
-            _write_anchor(_anchor_path(path), seq, digest, old.name)
+            _write_anchor(_anchor_path(path), host, seq, digest, old.name, key)
             os.unlink(old)
         for number in numbers:
             if number < self.keep:
@@ -337,7 +402,9 @@ class AuditLog:
         return out
 
     def verify(self, host: str) -> VerifyReport:
-        """Check every record's hash, and that seq and prev chain without a gap."""
+        """Check the bytes of every record as written: its hash, its MAC when the log is keyed
+        (see ``key``), and that seq and prev chain without a gap from seq 1 or a keyed anchor."""
+        key = self.key_for(host)
         current = self.path(host)
         numbers = self._rotated_numbers(current)
         problems = [
@@ -345,39 +412,79 @@ class AuditLog:
             for n in range(1, max(numbers, default=0))
             if n not in numbers
         ]
+        notes: list[str] = []
+        expected_seq: int | None = 1
+        expected_prev = _GENESIS
         anchor_path = _anchor_path(current)
         try:
-            anchor = _read_anchor(anchor_path)
+            anchor = _read_anchor(anchor_path, host, key)
         except ValueError as exc:
             problems.append(f"{anchor_path}: {exc}")
             anchor = None
-        expected_seq: int | None = 1
-        expected_prev = _GENESIS
         if anchor is not None:
-            expected_seq, expected_prev = anchor[0] + 1, anchor[1]
-        count = 0
+            expected_seq, expected_prev = anchor.seq + 1, anchor.digest
+            if why := _anchor_problem(anchor, key):
+                problems.append(f"{anchor_path}: records before seq {anchor.seq + 1} are gone, and {why}")
+        count = keyed = unkeyed_prefix = unchecked = 0
         first = True
-        for path, (lineno, raw), record in self._records(host):
+        last: dict[str, Any] | None = None
+        for path, (lineno, raw), _record in self._records(host):
             reasons = []
             if not raw.endswith(b"\n"):
                 reasons.append("truncated line (no newline at the end of the file)")
-            line = raw.rstrip(b"\n")
+            line = raw[:-1] if raw.endswith(b"\n") else raw
+            record, mac, seal_reasons = _unseal(line, key)
+            reasons += seal_reasons
             if record is None:
-                reasons.append("not a valid JSON record (garbled or truncated)")
                 expected_seq = None
             else:
                 count += 1
+                last = record
                 reasons += _check_record(record, host, expected_seq, expected_prev, first)
                 seq = record.get("seq")
-                expected_seq = seq + 1 if isinstance(seq, int) else None
+                expected_seq = seq + 1 if isinstance(seq, int) and not isinstance(seq, bool) else None
+                if mac == "ok":
+                    keyed += 1
+                elif mac == "unchecked":
+                    unchecked += 1
+                elif mac == "absent" and key is not None:
+                    if keyed:
+                        reasons.append("it carries no MAC although records before it do "
+                                       "(the chain was rewritten from here without the key)")
+                    else:
+                        unkeyed_prefix += 1
             expected_prev = _sha256(line)
             first = False
             if reasons:
-                problems.append(f"{path}:{lineno}: {'; '.join(reasons)}")
-        return VerifyReport(ok=not problems, records=count, files=self.files(host), problems=problems)
+                where = f"seq {record.get('seq')}" if record is not None else "seq ?"
+                problems.append(f"{path}:{lineno}: {where}: {'; '.join(reasons)}")
+        if key is not None and count and not keyed:
+            problems.append(
+                f"{current}: no record carries a MAC although an audit key is set: the log was written "
+                "before the key existed, or rewritten by someone without it"
+            )
+        elif key is not None and unkeyed_prefix:
+            notes.append(f"the first {unkeyed_prefix} record(s) were written before the key; "
+                         "the keyed records after them vouch for them through the chain")
+        if unchecked:
+            notes.append(f"{unchecked} record(s) carry a MAC that was not checked: no audit key was found")
+        return VerifyReport(
+            ok=not problems,
+            records=count,
+            files=self.files(host),
+            problems=problems,
+            keyed=key is not None and keyed > 0,
+            last_seq=last.get("seq") if last is not None else None,
+            last_ts=str(last.get("ts")) if last is not None else None,
+            notes=notes,
+        )
 
     def _records(self, host: str) -> Iterator[tuple[Path, tuple[int, bytes], dict[str, Any] | None]]:
         """Every line of ``host``'s files, with its record (``None`` when it does not parse)."""
+        try:
+            private_dir(self.directory, what="the audit log", create=False)
+        except FileNotFoundError:
+            return
         current = self.path(host)
         lock = current.with_name(f"{current.name}.lock")
         with _flocked(lock, fcntl.LOCK_SH, create=False):
@@ -385,15 +492,16 @@ class AuditLog:
             contents = []
             for path in files:
                 try:
-                    contents.append((path, path.read_bytes()))
+                    contents.append((path, _read_all(path)))
                 except FileNotFoundError:
                     continue
         for path, data in contents:
             # Only "\n" ends a record (JSON escapes every other line break).
             raws = [part + b"\n" for part in data.split(b"\n")]
             raws[-1] = raws[-1][:-1]
-            for lineno, raw in enumerate(filter(None, raws), 1):
-                yield path, (lineno, raw), _parse(raw)
+            for lineno, raw in enumerate(raws, 1):
+                if raw:
+                    yield path, (lineno, raw), _parse(raw)
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -442,44 +550,31 @@ def _plain(value: Any, name: str) -> Any:
     raise TypeError(f"audit field {name!r} holds a {type(value).__name__}, which is not JSON-serialisable")
 
 
-def _make_dirs(directory: Path) -> None:
-    """Create ``directory`` and missing parents as 0700 (mkdir's mode is cut by the umask)."""
-    missing = []
-    path = directory
-    while not path.exists():
-        missing.append(path)
-        path = path.parent
-    for path in reversed(missing):
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            continue
-        os.chmod(path, 0o700)
-
-
-def _open_owner_only(path: Path, flags: int) -> int:
-    """Open ``path``, creating it as 0600 whatever the umask."""
-    try:
-        return os.open(path, flags | os.O_CLOEXEC)
-    except FileNotFoundError:
-        pass
-    try:
-        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    except FileExistsError:
-        return os.open(path, flags | os.O_CLOEXEC)
-    os.fchmod(fd, 0o600)
-    return fd
-
-
 def _open_log(path: Path) -> int:
-    return _open_owner_only(path, os.O_RDWR | os.O_APPEND)
+    return open_private(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, what="the audit log")
+
+
+def _open_read(path: Path) -> int:
+    return open_private(path, os.O_RDONLY, what="the audit log")
+
+
+def _read_all(path: Path) -> bytes:
+    fd = _open_read(path)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
 def _flocked(path: Path, operation: int, *, create: bool) -> Iterator[None]:
     """Hold ``flock(operation)`` on ``path``; without ``create``, a missing file means no lock."""
     try:
-        fd = _open_owner_only(path, os.O_RDWR) if create else os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        flags = os.O_RDWR | os.O_CREAT if create else os.O_RDONLY
+        fd = open_private(path, flags, what="the audit log")
     except FileNotFoundError:
         if create:
             raise
@@ -525,8 +620,8 @@ def _audit_error(host: str, path: Path, exc: OSError) -> AuditError:
     )
 
 
-def _last_record(host: str, path: Path, fd: int, size: int) -> tuple[int, str]:
-    """The seq and line hash of the last line of an open log file."""
+def _last_record(host: str, path: Path, fd: int, size: int) -> tuple[int, str, bool]:
+    """The seq and line hash of the last line of an open log file, and whether it carries a MAC."""
     block = 64 * 1024
     data = b""
     offset = size
@@ -541,14 +636,14 @@ def _last_record(host: str, path: Path, fd: int, size: int) -> tuple[int, str]:
     line = data[cut + 1 :]
     record = _parse(line) if line.endswith(b"\n") else None
     seq = record.get("seq") if record is not None else None
-    if not isinstance(seq, int):
+    if record is None or not isinstance(seq, int):
         raise AuditError(
             f"the audit log {path} ends with a damaged record, so the chain cannot be continued; "
             "check it with `verify`, then move the damaged file aside; "
             "the command was not run because it could not be audited",
             host=host,
         )
-    return seq, _sha256(line[:-1])
+    return seq, _sha256(line[:-1]), "mac" in record
 
 
 def _parse(raw: bytes) -> dict[str, Any] | None:
@@ -566,10 +661,6 @@ def _check_record(
     seq, prev, digest = record.get("seq"), record.get("prev"), record.get("hash")
     if not isinstance(seq, int) or not isinstance(prev, str) or not isinstance(digest, str):
         return ["seq, prev or hash is missing"]
-    body = {k: v for k, v in record.items() if k != "hash"}
-    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    if _sha256(text.encode()) != digest:
-        reasons.append(f"record seq {seq} was altered (its hash does not match its content)")
     if first and (seq != expected_seq or prev != expected_prev):
         reasons.append(
             f"the chain starts at seq {seq}, not at seq {expected_seq}: "
@@ -591,33 +682,187 @@ def _check_record(
     return reasons
 
 
-def _read_anchor(path: Path) -> tuple[int, str] | None:
+# -- the bytes of a record, the keyed chain, the anchor -----------------------------------------
+
+_SEALED = re.compile(rb'(\{.*),"hash":"([0-9a-f]{64})"(?:,"mac":"([0-9a-f]{64})")?\}', re.DOTALL)
+_ANCHOR_MAC = re.compile(rb'(\{.*),"mac":"([0-9a-f]{64})"\}', re.DOTALL)
+_ANCHOR_CONTEXT = b"remote-bash audit anchor\n"  # an anchor's MAC can never pass for a record's
+_KEY_BYTES = 32
+
+
+def _mac(key: bytes, data: bytes) -> str:
+    return hmac.new(key, data, hashlib.sha256).hexdigest()
+
+
+def _seal(body: bytes, key: bytes | None) -> bytes:
+    """The line of a record: its compact JSON ``body``, then ``hash`` of those bytes, then with a
+    key ``mac``, the HMAC-SHA256 of everything before it (the line with ``hash``)."""
+    line = body[:-1] + b',"hash":"' + _sha256(body).encode() + b'"}'
+    if key is None:
+        return line
+    return line[:-1] + b',"mac":"' + _mac(key, line).encode() + b'"}'
+
+
+def _strict(data: bytes) -> dict[str, Any] | None:
+    """A JSON object with no key repeated at any depth (parsers disagree on which one wins)."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = dict(items)
+        if len(out) != len(items):
+            raise ValueError("repeated key")
+        return out
+
+    try:
+        value = json.loads(data, object_pairs_hook=pairs)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _unseal(line: bytes, key: bytes | None) -> tuple[dict[str, Any] | None, str, list[str]]:
+    """Check a line's bytes as written: the record, the state of its MAC
+    (``ok``/``bad``/``absent``/``unchecked``) and what is wrong."""
+    record = _strict(line)
+    if record is None:
+        return None, "absent", ["not a valid JSON record (garbled, truncated, or a key repeated)"]
+    sealed = _SEALED.fullmatch(line)
+    body = _strict(sealed[1] + b"}") if sealed else None
+    if sealed is None or body is None or "hash" in body or "mac" in body:
+        return record, "absent", ["hash (and mac) are not the last fields of the line, as the log writes them"]
+    reasons = []
+    if _sha256(sealed[1] + b"}") != sealed[2].decode():
+        reasons.append("the record was altered (the hash of its bytes does not match)")
+    if sealed[3] is None:
+        return record, "absent", reasons
+    if key is None:
+        return record, "unchecked", reasons
+    signed = sealed[1] + b',"hash":"' + sealed[2] + b'"}'
+    if hmac.compare_digest(_mac(key, signed).encode(), sealed[3]):
+        return record, "ok", reasons
+    reasons.append("its MAC does not match: it was written or rewritten without the audit key")
+    return record, "bad", reasons
+
+
+@dataclass(frozen=True)
+class _Anchor:
+    seq: int
+    digest: str
+    mac: str
+    """``ok``, ``bad``, ``absent`` or ``unchecked`` (no key to check it with)."""
+
+
+def _read_anchor(path: Path, host: str, key: bytes | None) -> _Anchor | None:
     """The seq and hash saved when the oldest rotated file was deleted, if ever."""
     try:
-        data = json.loads(path.read_bytes())
+        raw = _read_all(path).rstrip(b"\n")
     except FileNotFoundError:
         return None
-    except ValueError as exc:
-        raise ValueError(f"the anchor file is damaged ({exc})") from exc
-    if (
-        not isinstance(data, dict)
-        or not isinstance(data.get("seq"), int)
-        or not isinstance(data.get("hash"), str)
-    ):
+    signed = _ANCHOR_MAC.fullmatch(raw)
+    data = _strict(signed[1] + b"}" if signed else raw)
+    if data is None:
+        raise ValueError("the anchor file is damaged (not a JSON object)")
+    seq, digest = data.get("seq"), data.get("hash")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0 or not isinstance(digest, str):
         raise ValueError("the anchor file is damaged (seq or hash missing)")
-    return data["seq"], data["hash"]
+    if signed is None:
+        mac = "absent"
+    elif key is None:
+        mac = "unchecked"
+    else:
+        good = hmac.compare_digest(_mac(key, _ANCHOR_CONTEXT + signed[1] + b"}").encode(), signed[2])
+        mac = "ok" if good and data.get("host") == _plain(host, "host") else "bad"
+    return _Anchor(seq, digest, mac)
 
 
-def _write_anchor(path: Path, seq: int, digest: str, pruned: str) -> None:
+def _anchor_problem(anchor: _Anchor, key: bytes | None) -> str | None:
+    """Why the anchor cannot vouch that the missing records were pruned by rotation, if it cannot."""
+    if anchor.mac == "ok":
+        return None
+    if anchor.mac == "bad":
+        return "the anchor's MAC does not match: it was not written with this audit key (planted or edited)"
+    if anchor.mac == "unchecked":
+        return "the anchor carries a MAC but no audit key was found to check it"
+    return (
+        "the anchor that says rotation pruned them carries no MAC: anyone who can delete records can "
+        "write one, so pruning cannot be told from deletion"
+        + ("" if key is not None else " (keep an audit key, `remote-bash audit key init`, to tell them apart)")
+    )
+
+
+def _write_anchor(path: Path, host: str, seq: int, digest: str, pruned: str, key: bytes | None) -> None:
+    payload = {"host": _plain(host, "host"), "seq": seq, "hash": digest, "pruned": pruned, "ts": _now()}
+    data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+    if key is not None:
+        data = data[:-1] + b',"mac":"' + _mac(key, _ANCHOR_CONTEXT + data).encode() + b'"}'
     tmp = path.with_name(f"{path.name}.tmp")
-    fd = _open_owner_only(tmp, os.O_WRONLY | os.O_TRUNC)
+    fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, what="the audit log")
     try:
-        payload = {"seq": seq, "hash": digest, "pruned": pruned, "ts": _now()}
-        os.write(fd, json.dumps(payload).encode() + b"\n")
+        os.write(fd, data + b"\n")
         os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+# -- audit keys -------------------------------------------------------------------------------
+
+
+def _check_key(key: bytes) -> None:
+    if not isinstance(key, bytes) or len(key) < 16:
+        raise ValueError("an audit key must be at least 16 bytes")
+
+
+def new_key() -> str:
+    """A fresh audit key, as the 64 hex digits kept in a key file or the keyring."""
+    return os.urandom(_KEY_BYTES).hex()
+
+
+def parse_key(text: str, where: str) -> bytes:
+    """The key written as hex digits (surrounding white space ignored); ValueError naming ``where``."""
+    try:
+        key = bytes.fromhex(text.strip())
+    except ValueError:
+        key = b""
+    if len(key) < 16:
+        raise ValueError(f"{where} does not hold an audit key (at least 32 hex digits, as "
+                         "`remote-bash audit key init` writes)")
+    return key
+
+
+def load_key_file(path: Path) -> bytes:
+    """Read an audit key file; AuditError when it is missing, readable by others, or not a key."""
+    what = "the audit key"
+    try:
+        private_dir(path.parent, what=what, create=False)
+        fd = open_private(path, os.O_RDONLY, what=what)
+        try:
+            if os.fstat(fd).st_mode & 0o077:
+                raise AuditError(f"the audit key file {path} is readable or writable by others; "
+                                 f"run 'chmod 600 {path}'")
+            text = os.read(fd, 4096).decode("ascii", "replace")
+        finally:
+            os.close(fd)
+        return parse_key(text, f"the audit key file {path}")
+    except (UnsafePath, ValueError) as exc:
+        raise AuditError(str(exc)) from exc
+    except OSError as exc:
+        raise AuditError(f"cannot read the audit key file {path}: {exc.strerror or exc}") from exc
+
+
+def write_key_file(path: Path) -> None:
+    """Create ``path`` (0600, in a checked directory) holding a fresh key; never overwrites one."""
+    path = Path(os.path.abspath(path.expanduser()))
+    private_dir(path.parent, what="the audit key")
+    try:
+        fd = open_private(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, what="the audit key")
+    except FileExistsError as exc:
+        raise AuditError(f"{path} already exists; an audit key is never overwritten, since verifying the "
+                         "records it keyed needs it (choose another file)") from exc
+    try:
+        os.write(fd, (new_key() + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -116,7 +116,8 @@ def test_records_chain_and_hash(tmp_path: Path) -> None:
         without_hash = line.rstrip(b"\n").replace(f',"hash":"{record["hash"]}"'.encode(), b"")
         assert hashlib.sha256(without_hash).hexdigest() == record["hash"]
         previous = hashlib.sha256(line.rstrip(b"\n")).hexdigest()
-    assert log.verify(HOST) == VerifyReport(ok=True, records=3, files=[log.path(HOST)], problems=[])
+    assert log.verify(HOST) == VerifyReport(ok=True, records=3, files=[log.path(HOST)], problems=[],
+                                            last_seq=3, last_ts=returned[-1]["ts"])
 
 
 def test_field_values(tmp_path: Path) -> None:
@@ -207,23 +208,36 @@ def edit_and_rehash(raw: list[bytes]) -> list[bytes]:
 
 
 TAMPERS: dict[str, tuple[Callable[[list[bytes]], list[bytes]], str]] = {
-    "edit a command": (edit_command, r":3: record seq 3 was altered"),
-    "edit and recompute its hash": (edit_and_rehash, r":4: prev does not match"),
-    "delete a middle line": (lambda raw: raw[:3] + raw[4:], r":4: seq 5 where 4 was expected"),
-    "insert a line": (lambda raw: [*raw[:5], raw[1], *raw[5:]], r":6: seq 2 where 6 was expected"),
-    "reorder two lines": (lambda raw: [*raw[:3], raw[4], raw[3], *raw[5:]], r":4: seq 5 where 4"),
+    "edit a command": (edit_command, r":3: seq 3: the record was altered"),
+    "edit and recompute its hash": (edit_and_rehash, r":4: seq 4: prev does not match"),
+    "delete a middle line": (lambda raw: raw[:3] + raw[4:], r":4: seq 5: seq 5 where 4 was expected"),
+    "insert a line": (lambda raw: [*raw[:5], raw[1], *raw[5:]], r":6: seq 2: seq 2 where 6 was expected"),
+    "reorder two lines": (lambda raw: [*raw[:3], raw[4], raw[3], *raw[5:]], r":4: seq 5: seq 5 where 4"),
     "edit the last record": (
         lambda raw: [*raw[:-1], raw[-1].replace(b'"s1"', b'"s2"')],
-        r":8: record seq 8 was altered",
+        r":8: seq 8: the record was altered",
     ),
-    "delete the first line": (lambda raw: raw[1:], r":1: the chain starts at seq 2, not at seq 1"),
+    "delete the first line": (lambda raw: raw[1:], r":1: seq 2: the chain starts at seq 2, not at seq 1"),
     "truncate the last line": (
         lambda raw: [*raw[:-1], raw[-1][:40]],
-        r":8: truncated line.*not a valid JSON",
+        r":8: seq \?: truncated line.*not a valid JSON",
     ),
     "garble a line": (
         lambda raw: [*raw[:4], b"\x00\xffgarbage\n", *raw[5:]],
-        r":5: not a valid JSON record",
+        r":5: seq \?: not a valid JSON record",
+    ),
+    "rewrite a record with other key order and spacing": (
+        lambda raw: [*raw[:2], json.dumps(dict(reversed(json.loads(raw[2]).items())), indent=None).encode()
+                     + b"\n", *raw[3:]],
+        r":3: seq 3: hash \(and mac\) are not the last fields",
+    ),
+    "rewrite a record with spaces only": (
+        lambda raw: [*raw[:2], raw[2].replace(b'{"ts":', b'{ "ts" : ', 1), *raw[3:]],
+        r":3: seq 3: the record was altered \(the hash of its bytes does not match\)",
+    ),
+    "repeat a key": (
+        lambda raw: [*raw[:2], raw[2].replace(b'{"ts"', b'{"command":"ls","ts"', 1), *raw[3:]],
+        r":3: seq \?: not a valid JSON record \(garbled, truncated, or a key repeated\)",
     ),
 }
 
@@ -261,7 +275,7 @@ def test_unwritable_directory_raises_audit_error(tmp_path: Path) -> None:
         log.write(HOST, "exec.start", command="ls")
     message = str(info.value)
     assert message.startswith(f"{HOST}: ")
-    assert str(blocker / "audit" / "web-1.jsonl") in message
+    assert f"refusing to use {blocker} for the audit log: it is not a directory" in message
     assert "the command was not run because it could not be audited" in message
 
 
@@ -300,7 +314,10 @@ def test_rotation_prunes_beyond_keep_and_anchors_the_chain(tmp_path: Path) -> No
     assert records[0]["seq"] == anchor["seq"] + 1
     assert records[0]["prev"] == anchor["hash"]
     assert [r["seq"] for r in records] == list(range(anchor["seq"] + 1, 41))
-    assert log.verify(HOST).ok
+    # Without a key, the anchor could have been written by whoever deleted the head: no verdict of intact.
+    report = log.verify(HOST)
+    assert not report.ok
+    assert any("anyone who can delete records can write one" in p for p in report.problems), report.problems
 
 
 @pytest.mark.parametrize(

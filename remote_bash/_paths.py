@@ -1,0 +1,232 @@
+"""Where remote_bash keeps its files, and how it creates and opens what it writes.
+
+Directories follow the XDG Base Directory spec on every POSIX system: ``$XDG_CONFIG_HOME``,
+``$XDG_STATE_HOME``, ``$XDG_CACHE_HOME`` and ``$XDG_RUNTIME_DIR`` are used only when they hold an
+absolute path (the spec says a relative value is invalid and must be ignored), else
+``~/.config``, ``~/.local/state``, ``~/.cache``, with ``remote-bash`` below. A relative ``HOME``
+is ignored the same way (the account's home from the password database is used).
+
+Everything remote_bash writes (audit logs, transcripts, ``--output-dir`` files, sandbox state,
+known_hosts appends, audit keys) goes through :func:`private_dir` and :func:`open_private`:
+
+* a directory is used only when it and every directory above it are owned by root or by the
+  current user and are writable by no one else (a world-writable directory such as ``/tmp`` is
+  accepted only with the sticky bit, which stops others renaming what is in it), and when no
+  component is a symbolic link owned by someone else; so nobody else can swap a path component
+  between the check and the use;
+* missing directories are created 0700, files 0600, whatever the umask;
+* a file is opened with ``O_NOFOLLOW``: a symbolic link in its place is refused, never followed;
+  an existing file must be a regular file owned by the current user.
+
+This module imports nothing from the package but its errors, and never follows a link it did not
+check, loosens a mode, or deletes anything.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import pwd
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+
+from .errors import ConfigError
+
+__all__ = [
+    "APP",
+    "UnsafePath",
+    "cache_dir",
+    "config_dir",
+    "home_dir",
+    "open_private",
+    "private_dir",
+    "runtime_dir",
+    "state_dir",
+    "write_private",
+]
+
+APP = "remote-bash"
+_MAX_LINKS = 40
+
+
+class UnsafePath(ConfigError):
+    """A path remote_bash would write to could be changed or read by someone else."""
+
+
+def home_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``$HOME`` when absolute, else the current user's home from the password database."""
+    env = os.environ if env is None else env
+    home = env.get("HOME", "")
+    if os.path.isabs(home):
+        return Path(home)
+    return Path(pwd.getpwuid(os.getuid()).pw_dir)
+
+
+def _xdg(env: Mapping[str, str] | None, name: str, default: str) -> Path:
+    env = os.environ if env is None else env
+    value = env.get(name, "")
+    base = Path(value) if os.path.isabs(value) else home_dir(env) / default
+    return base / APP
+
+
+def config_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_CONFIG_HOME/remote-bash``, else ``~/.config/remote-bash`` (the inventory lives here)."""
+    return _xdg(env, "XDG_CONFIG_HOME", ".config")
+
+
+def state_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_STATE_HOME/remote-bash``, else ``~/.local/state/remote-bash`` (audit, transcripts, sandbox)."""
+    return _xdg(env, "XDG_STATE_HOME", ".local/state")
+
+
+def cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_CACHE_HOME/remote-bash``, else ``~/.cache/remote-bash``."""
+    return _xdg(env, "XDG_CACHE_HOME", ".cache")
+
+
+def runtime_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_RUNTIME_DIR/remote-bash``, else ``run`` in the state directory (never a shared /tmp)."""
+    env = os.environ if env is None else env
+    value = env.get("XDG_RUNTIME_DIR", "")
+    return Path(value) / APP if os.path.isabs(value) else state_dir(env) / "run"
+
+
+# -- checks ---------------------------------------------------------------------------------
+
+
+def _trusted_owner(uid: int) -> bool:
+    return uid in (0, os.geteuid())
+
+
+def _unsafe(path: Path, why: str, what: str, advice: str) -> UnsafePath:
+    return UnsafePath(f"refusing to use {path} for {what}: {why}; {advice}")
+
+
+def _check_dir(path: Path, info: os.stat_result, what: str, *, final: bool) -> None:
+    if not stat.S_ISDIR(info.st_mode):
+        raise _unsafe(path, "it is not a directory", what, "remove it or choose another path")
+    if not _trusted_owner(info.st_uid):
+        raise _unsafe(path, f"it is owned by uid {info.st_uid}, another user", what,
+                      "choose a directory owned by you (or root)")
+    shared = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    # Above the directory, a shared one is safe with the sticky bit (/tmp): others cannot rename
+    # or replace what they do not own. The directory written into must be private to its owner.
+    if shared and (final or not info.st_mode & stat.S_ISVTX):
+        kind = "group" if not info.st_mode & stat.S_IWOTH else "world"
+        raise _unsafe(path, f"it is {kind}-writable (mode {stat.S_IMODE(info.st_mode):04o})", what,
+                      f"run 'chmod go-w {path}' or choose another directory")
+
+
+def _walk(path: Path, what: str, create: bool) -> Path:
+    """Check (and, with ``create``, make) every component of absolute ``path``; the real path."""
+    current = Path(path.anchor)
+    _check_dir(current, os.lstat(current), what, final=False)
+    pending = list(reversed(path.parts[1:]))
+    links = 0
+    while pending:
+        name = pending.pop()
+        if name in ("", "."):
+            continue
+        if name == "..":
+            current = current.parent
+            continue
+        entry = current / name
+        try:
+            info = os.lstat(entry)
+        except FileNotFoundError:
+            if not create:
+                raise
+            try:
+                os.mkdir(entry, 0o700)
+            except FileExistsError:
+                pass  # made by a concurrent writer: checked below like any other
+            else:
+                os.chmod(entry, 0o700)  # mkdir's mode is cut by the umask
+            info = os.lstat(entry)
+        if stat.S_ISLNK(info.st_mode):
+            if not _trusted_owner(info.st_uid):
+                raise _unsafe(entry, f"it is a symbolic link owned by uid {info.st_uid}, another user", what,
+                              "remove the link or choose another path")
+            links += 1
+            if links > _MAX_LINKS:
+                raise _unsafe(entry, "too many symbolic links", what, "choose another path")
+            target = Path(os.readlink(entry))
+            if target.is_absolute():
+                current = Path(target.anchor)
+            pending.extend(reversed(target.parts[1:] if target.is_absolute() else target.parts))
+            continue
+        _check_dir(entry, info, what, final=not pending)
+        current = entry
+    return current
+
+
+def private_dir(path: Path | str, *, what: str, create: bool = True) -> Path:
+    """Make sure ``path`` is a directory only its owner can change, creating it (0700) if missing.
+
+    Returns ``path`` (absolute). Raises :class:`UnsafePath` naming the component at fault and what
+    to do, or ``OSError`` when the file system refuses (``FileNotFoundError`` without ``create``).
+    ``what`` names the use in the message ("the audit log", "transcripts", ...).
+    """
+    absolute = Path(os.path.abspath(Path(path).expanduser()))
+    _walk(absolute, what, create)
+    return absolute
+
+
+def open_private(path: Path, flags: int, *, what: str) -> int:
+    """Open the file ``path`` (its directory already checked), creating it 0600 with ``O_CREAT``.
+
+    A symbolic link in its place is refused (``O_NOFOLLOW``), as is anything but a regular file
+    owned by the current user. ``O_TRUNC`` is applied only once the file is known to be safe.
+    """
+    truncate = flags & os.O_TRUNC
+    flags = (flags & ~os.O_TRUNC) | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
+    create = flags & os.O_CREAT
+    exclusive = flags & os.O_EXCL
+    flags &= ~(os.O_CREAT | os.O_EXCL)
+    created = False
+    try:
+        if exclusive:  # FileExistsError for anything already there, a link included
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+            created = True
+        else:
+            fd = os.open(path, flags)
+    except FileNotFoundError:
+        if not create:
+            raise
+        try:
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+            created = True
+        except FileExistsError:
+            fd = os.open(path, flags)  # made by a concurrent writer: checked below
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _unsafe(path, "it is a symbolic link", what, "remove the link; remote_bash never follows one "
+                          "in place of a file it writes") from exc
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _unsafe(path, "it is not a regular file", what, "remove it or choose another path")
+        if info.st_uid != os.geteuid():
+            raise _unsafe(path, f"it is owned by uid {info.st_uid}, another user", what,
+                          "remove it or choose another path")
+        if created:
+            os.fchmod(fd, 0o600)  # the mode given to open is cut by the umask
+        if truncate:
+            os.ftruncate(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_private(path: Path, data: bytes, *, what: str) -> None:
+    """Replace the content of ``path`` (its directory already checked) with ``data``, as 0600."""
+    fd = open_private(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, what=what)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
