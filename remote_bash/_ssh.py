@@ -22,6 +22,7 @@ from typing import Any
 import asyncssh
 from asyncssh.public_key import get_default_certificate_algs, get_default_public_key_algs
 
+from ._paths import open_private, private_dir
 from .errors import (
     AuthenticationFailed,
     ConfigError,
@@ -177,8 +178,9 @@ def _append_known_host(path: Path, host: Host, key: asyncssh.SSHKey) -> None:
     """Append ``host``'s key, under an exclusive lock so that sessions accepting at once do not
     interleave, starting a new line first when the file (say, hand-edited) lacks a final newline."""
     line = f"{_pattern(host)} {key.export_public_key('openssh').decode().strip()}\n".encode()
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+    # Never through a link or a directory someone else can change (UnsafePath says which).
+    private_dir(path.parent, what="known_hosts")
+    fd = open_private(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, what="known_hosts")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size

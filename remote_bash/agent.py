@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ import anthropic
 from anthropic.lib.tools import BetaAsyncBuiltinFunctionTool
 from pydantic import BaseModel, ConfigDict, Field
 
+from ._paths import open_private, private_dir, state_dir, write_private
 from .errors import RemoteBashError
 from .models import CommandResult
 from .session import RemoteBashSession
@@ -240,9 +240,9 @@ class _Transcript:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # The transcript holds command output: readable by its owner only.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        # The transcript holds command output: readable by its owner only, never through a link.
+        private_dir(path.parent, what="transcripts")
+        fd = open_private(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, what="the transcript")
         self._fh = os.fdopen(fd, "a", encoding="utf-8")
 
     def write(self, kind: str, **fields: Any) -> None:
@@ -337,8 +337,8 @@ def _prepare(task: str, host: str, user: str | None, tools: list[dict[str, Any]]
     messages, records = _rebuild(resume, host)
     path = config.transcript or resume
     if path.resolve() != resume.resolve():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(resume, path)
+        private_dir(path.parent, what="transcripts")
+        write_private(path, resume.read_bytes(), what="the transcript")
     transcript = _Transcript(path)
     transcript.write("resume", host=host, model=config.model, started=_now(), task=task or None)
     _answer_pending(messages, records, transcript)
@@ -682,8 +682,7 @@ def _answer_pending(messages: list[dict[str, Any]], records: list[dict[str, Any]
 
 def default_transcript_dir() -> Path:
     """Where transcripts go unless told otherwise: ``$XDG_STATE_HOME/remote-bash/transcripts``."""
-    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    return state / "remote-bash" / "transcripts"
+    return state_dir() / "transcripts"
 
 
 def _default_transcript(host: str) -> Path:

@@ -205,6 +205,8 @@ class AuditLog:
                 raise
             except RemoteBashError as exc:
                 raise AuditError(f"cannot load the audit key: {exc.message}", host=host) from exc
+            except ValueError as exc:
+                raise AuditError(f"cannot load the audit key: {exc}", host=host) from exc
             if key is not None:
                 _check_key(key)
         self._keys[host] = key

@@ -30,11 +30,13 @@ from .errors import CredentialError
 from .models import Host
 
 __all__ = [
+    "AUDIT_KEY_NAME",
     "KEYRING_TIMEOUT",
     "SERVICE",
     "StoredSecret",
     "acredentials_for",
     "aget_secret",
+    "audit_key_lookup",
     "backend_kind",
     "credentials_for",
     "delete_secret",
@@ -252,6 +254,33 @@ async def aget_secret(host_name: str) -> str | None:
     except Exception as exc:
         _give_up(_failure(exc))
         return None
+
+
+AUDIT_KEY_NAME = "audit:key"
+"""The keyring user name of the audit key (':' never appears in a host name)."""
+
+
+def audit_key_lookup() -> Callable[[], str | None]:
+    """Start reading the audit key from the keyring now, so the read overlaps the connection; the
+    returned function waits for it (``KEYRING_TIMEOUT`` at most) and gives the hex key or None.
+
+    No usable keyring means no key, without a warning: most installs keep none. A keyring that
+    fails or does not answer is reported like any other keyring failure.
+    """
+    if _State.problem is not None:
+        return lambda: None
+    future = _start(lambda: _lookup(AUDIT_KEY_NAME))
+
+    def wait() -> str | None:
+        try:
+            return future.result(KEYRING_TIMEOUT)
+        except CredentialError:
+            return None
+        except Exception as exc:
+            _give_up(_failure(exc))
+            return None
+
+    return wait
 
 
 def set_secret(host_name: str, secret: str, *, store_readable: bool = False) -> StoredSecret:

@@ -39,6 +39,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ._paths import private_dir, write_private
 from .errors import (
     AccessDenied,
     ConnectError,
@@ -602,8 +603,7 @@ def _output_path(root: Path, host: str, written: Sequence[Path]) -> Path:
 
 def write_output_dir(result: FleetResult, directory: str | Path) -> list[Path]:
     """Write ``<host>.txt`` per host: a few ``# key: value`` header lines, a blank line, the output."""
-    root = Path(directory)
-    root.mkdir(parents=True, exist_ok=True)
+    root = private_dir(directory, what="--output-dir")
     written: list[Path] = []
     for r in result.results:
         path = _output_path(root, r.host, written)
@@ -612,7 +612,7 @@ def write_output_dir(result: FleetResult, directory: str | Path) -> list[Path]:
         if r.error:
             header["error"] = r.error.replace("\n", " ")
         text = "".join(f"# {k}: {v}\n" for k, v in header.items()) + "\n" + r.output
-        path.write_text(text, encoding="utf-8")
+        write_private(path, text.encode(), what="--output-dir")
         written.append(path)
     return written
 

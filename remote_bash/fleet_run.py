@@ -649,10 +649,10 @@ def format_run_recap(result: FleetRun, *, width: int = 120, max_lines: int = 40)
 def write_run_output_dir(result: FleetRun, directory: str | Path) -> list[Path]:
     """Write ``<host>.txt`` per host: ``# key: value`` header lines (status, transcript, ...), a blank
     line, then Claude's final answer (the coordinator's, for a coordinator run)."""
+    from ._paths import private_dir, write_private
     from .fleet import _output_path
 
-    root = Path(directory)
-    root.mkdir(parents=True, exist_ok=True)
+    root = private_dir(directory, what="--output-dir")
     written: list[Path] = []
     for r in result.results:
         conversation = r.conversation or result.coordinator
@@ -667,6 +667,7 @@ def write_run_output_dir(result: FleetRun, directory: str | Path) -> list[Path]:
         text = "".join(f"# {k}: {str(v).replace(chr(10), ' ')}\n" for k, v in header.items())
         final = conversation.final_text if conversation is not None else ""
         path = _output_path(root, r.host, written)
-        path.write_text(text + "\n" + (final.rstrip() + "\n" if final.strip() else ""), encoding="utf-8")
+        write_private(path, (text + "\n" + (final.rstrip() + "\n" if final.strip() else "")).encode(),
+                      what="--output-dir")
         written.append(path)
     return written

@@ -27,6 +27,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
 
+from remote_bash._paths import config_dir
 from remote_bash._ssh_config import parse_ssh_config, ssh_options
 from remote_bash._yaml_lines import MAX_FILE_BYTES, MAX_NODES, Where, parse_yaml, read_text
 from remote_bash.errors import InventoryError, SelectionError
@@ -47,7 +48,7 @@ _GROUP_KEYS = ("hosts", "children", "vars", "forks")
 _INHERITED = tuple(f for f in Host.model_fields if f not in ("name", "hostname", "groups"))
 _HOST_KEYS = tuple(f for f in Host.model_fields if f not in ("name", "groups"))
 _MERGED = frozenset({"env", "labels", "limits", "policy"})
-_PATH_FIELDS = frozenset({"identity_file", "known_hosts"})
+_PATH_FIELDS = frozenset({"identity_file", "known_hosts", "audit_key_file"})
 _FIXED = {
     "name": "a host's name is its key under hosts:",
     "groups": "list the host under groups.<group>.hosts instead",
@@ -180,11 +181,7 @@ def default_inventory_path(cli_value: str | None, env: Mapping[str, str]) -> Pat
         return Path(cli_value).expanduser()
     if env.get("REMOTE_BASH_INVENTORY"):
         return Path(env["REMOTE_BASH_INVENTORY"]).expanduser()
-    xdg = env.get("XDG_CONFIG_HOME", "")
-    home = Path(env["HOME"]) if env.get("HOME") else Path.home()
-    # The XDG spec says a relative XDG_CONFIG_HOME is invalid and must be ignored.
-    base = Path(xdg) if xdg and Path(xdg).is_absolute() else home / ".config"
-    candidate = base / "remote-bash" / "hosts.yaml"
+    candidate = config_dir(env) / "hosts.yaml"
     return candidate if candidate.is_file() else None
 
 

@@ -147,6 +147,9 @@ class Host(_Config):
     approve: Literal["never", "all"] | list[ApproveRule] | None = None
     """Which commands Claude asks for need a person's yes before they are sent: ``never``, ``all``
     or a list of rules. ``None``: every named class on hosts labelled production, nothing elsewhere."""
+    audit_key_file: Path | None = None
+    """A file holding the key of this host's audit chain (``remote-bash audit key init --file``);
+    ``None`` means the key in the OS keyring, if one is kept there."""
 
     @field_validator("approve", mode="before")
     @classmethod

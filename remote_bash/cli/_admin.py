@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._context import _Context, _session
-from ._output import EXIT_FAILED, PROG, _duration, _err, _one_line, _out, _table
+from ._output import EXIT_FAILED, PROG, _duration, _err, _one_line, _out, _table, _UsageError
 from ._sandbox import SANDBOX, _running_sandbox, _sandbox_dir, _sandbox_host
 
 if TYPE_CHECKING:
@@ -123,17 +123,32 @@ def _cmd_credentials(ctx: _Context) -> int:
 
 
 def _cmd_audit(ctx: _Context) -> int:
-    log = ctx.audit_log()
     host: str = ctx.args.host
+    if ctx.args.action == "key":
+        return _cmd_audit_key(ctx)
+    if ctx.args.file is not None:
+        raise _UsageError("audit: --file goes with 'audit key init' only")
+    log = ctx.audit_log()
     if ctx.args.action == "verify":
         if not log.files(host):
             _err(f"{PROG}: no audit log for {host} in {log.directory}")
             return EXIT_FAILED
         report = log.verify(host)
         for problem in report.problems:
-            _out(problem + "\n")
+            _out(_one_line(problem) + "\n")
         verdict = "intact" if report.ok else f"TAMPERED or damaged: {len(report.problems)} problem(s)"
         _out(f"{host}: {report.records} records in {len(report.files)} file(s): {verdict}\n")
+        if report.keyed:
+            _out("  keyed chain: every record's HMAC-SHA256 was checked with the audit key, so an edit "
+                 "recomputed without the key would have failed\n")
+        else:
+            _out(f"  UNKEYED chain: this shows edits, not forgery by someone who can recompute the hashes; "
+                 f"keep an audit key ('{PROG} audit key init') to detect that\n")
+        for note in report.notes:
+            _out(f"  note: {_one_line(note)}\n")
+        if report.last_seq is not None:
+            _out(f"  newest record: seq {report.last_seq} at {_one_line(report.last_ts or '?')}; records removed from "
+                 "the end cannot be seen in the log itself: compare with a copy kept elsewhere\n")
         return 0 if report.ok else EXIT_FAILED
     from remote_bash.audit import format_records
 
@@ -145,4 +160,28 @@ def _cmd_audit(ctx: _Context) -> int:
         _out("".join(line + "\n" for line in format_records(records)))
     if not records and not log.files(host):
         _err(f"{PROG}: no audit log for {host} in {log.directory}")
+    return 0
+
+
+def _cmd_audit_key(ctx: _Context) -> int:
+    from remote_bash.audit import new_key, write_key_file
+    from remote_bash.credentials import AUDIT_KEY_NAME, get_secret, set_secret
+
+    if ctx.args.host != "init":
+        raise _UsageError(f"audit key: unknown action {ctx.args.host!r}; use '{PROG} audit key init [--file FILE]'")
+    if ctx.args.file is not None:
+        path = Path(ctx.args.file).expanduser().absolute()
+        write_key_file(path)
+        _out(f"wrote a new audit key to {path} (mode 0600)\nname it in the inventory, under defaults: "
+             f"or a host:\n  audit_key_file: {path}\nkeep a copy where the audit log is not: "
+             "verifying the records it keys needs it\n")
+        return 0
+    if get_secret(AUDIT_KEY_NAME) is not None:
+        _err(f"{PROG}: an audit key is already kept in the OS keyring; it is never replaced, since verifying "
+             "the records it keyed needs it")
+        return EXIT_FAILED
+    set_secret(AUDIT_KEY_NAME, new_key())
+    _out("stored a new audit key in the OS keyring (service 'remote-bash', user 'audit:key'); from now on "
+         "every audit record carries an HMAC-SHA256 made with it\nkeep a copy where the audit log is not: "
+         "verifying the records it keys needs it\n")
     return 0

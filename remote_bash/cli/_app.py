@@ -153,10 +153,12 @@ def _parser() -> argparse.ArgumentParser:
                         "keyrings.alt's PlaintextKeyring), where anyone who can read its file can read it")
     p.set_defaults(handler="_admin:_cmd_credentials")
 
-    p = add("audit", "Show or verify a host's audit log.",
-            f"{PROG} audit show web-1 --since 2h   /   {PROG} audit verify web-1")
-    p.add_argument("action", choices=["show", "verify"])
-    p.add_argument("host", metavar="HOST")
+    p = add("audit", "Show or verify a host's audit log, or create the key of a keyed audit chain.",
+            f"{PROG} audit show web-1 --since 2h   /   {PROG} audit verify web-1   /   {PROG} audit key init")
+    p.add_argument("action", choices=["show", "verify", "key"])
+    p.add_argument("host", metavar="HOST", help="inventory host (for 'key': init)")
+    p.add_argument("--file", metavar="FILE", help="key init: write the key to FILE (0600) instead of the "
+                                                  "OS keyring; name it in the inventory as audit_key_file")
     p.add_argument("--since", type=_since, metavar="TIME", help="ISO 8601 time, or an age: 30m, 2h, 7d")
     p.add_argument("--session", metavar="ID", help="only this session")
     p.add_argument("--tool-use-id", metavar="ID", help="only this tool_use id")

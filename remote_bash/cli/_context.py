@@ -33,6 +33,7 @@ class _Context:
             raise _UsageError("--allow: the allowlist pattern is empty; use 'all' to allow every host")
         self.allow: str | None = args.allow
         self.debug: bool = args.debug
+        self._keyring_key: Callable[[], str | None] | None = None
 
     @property
     def audit_dir(self) -> Path:
@@ -69,7 +70,26 @@ class _Context:
     def audit_log(self, redactor: Redactor | None = None) -> AuditLog:
         from remote_bash.audit import AuditLog
 
-        return AuditLog(self.audit_dir, redactor=redactor)
+        if self._keyring_key is None:
+            from remote_bash.credentials import audit_key_lookup
+
+            self._keyring_key = audit_key_lookup()  # read while the connection is made
+        return AuditLog(self.audit_dir, redactor=redactor, key=self.audit_key)
+
+    def audit_key(self, host: str) -> bytes | None:
+        """The audit key of ``host``: its inventory ``audit_key_file``, else the keyring's, else None."""
+        from remote_bash.audit import load_key_file, parse_key
+
+        inventory = self.load() if self.inventory_path() is not None else None
+        entry = inventory.hosts.get(host) if inventory is not None else None
+        if entry is not None and entry.audit_key_file is not None:
+            return load_key_file(entry.audit_key_file)
+        if self._keyring_key is None:
+            from remote_bash.credentials import audit_key_lookup
+
+            self._keyring_key = audit_key_lookup()
+        text = self._keyring_key()
+        return None if text is None else parse_key(text, "the audit key in the OS keyring")
 
     def audit(self, redactor: Redactor | None) -> AuditSink:
         # AuditLog.awrite takes host and event positional-only, which session.AuditSink does not

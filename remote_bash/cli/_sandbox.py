@@ -28,10 +28,9 @@ SANDBOX = "sandbox"
 
 
 def _sandbox_dir(env: Mapping[str, str]) -> Path:
-    state = env.get("XDG_STATE_HOME", "")
-    if not os.path.isabs(state):
-        state = os.path.join(env.get("HOME") or str(Path.home()), ".local", "state")
-    return Path(state) / "remote-bash" / "sandbox"
+    from remote_bash._paths import state_dir
+
+    return state_dir(env) / "sandbox"
 
 
 def _local_user() -> str:
@@ -75,8 +74,14 @@ def _start_sshd(workdir: Path, key: Path) -> SshdServer:
 
 def _running_sandbox(directory: Path) -> dict[str, Any] | None:
     """The state of the sandbox ``sandbox start`` left running, or None."""
+    from remote_bash._paths import open_private, private_dir
+
     try:
-        state = json.loads((directory / "sandbox.json").read_text())
+        # A state file someone else could write would point connections at their host and key.
+        private_dir(directory, what="the sandbox", create=False)
+        fd = open_private(directory / "sandbox.json", os.O_RDONLY, what="the sandbox")
+        with os.fdopen(fd, "rb") as file:
+            state = json.loads(file.read(1 << 20))
         pid = int(state["pid"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -108,7 +113,7 @@ def _sandbox_for_command(env: Mapping[str, str]) -> Iterator[Inventory]:
         server = _start_sshd(workdir, key)
         try:
             known = workdir / "known_hosts"
-            known.write_text(server.known_hosts_line + "\n")
+            _write(known, server.known_hosts_line + "\n")
             yield _sandbox_inventory(_sandbox_host(server.address, server.port, key, known))
         finally:
             server.stop()
@@ -117,8 +122,15 @@ def _sandbox_for_command(env: Mapping[str, str]) -> Iterator[Inventory]:
 
 
 def _make_private(directory: Path) -> None:
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    directory.chmod(0o700)
+    from remote_bash._paths import private_dir
+
+    private_dir(directory, what="the sandbox")
+
+
+def _write(path: Path, text: str) -> None:
+    from remote_bash._paths import write_private
+
+    write_private(path, text.encode(), what="the sandbox")
 
 
 def _cmd_sandbox(ctx: _Context) -> int:
@@ -153,11 +165,11 @@ def _cmd_sandbox(ctx: _Context) -> int:
     shutil.rmtree(directory / "sshd", ignore_errors=True)  # leftovers of an earlier sandbox
     server = _start_sshd(directory / "sshd", key)
     known = directory / "known_hosts"
-    known.write_text(server.known_hosts_line + "\n")
+    _write(known, server.known_hosts_line + "\n")
     state = {"pid": server.pid, "address": server.address, "port": server.port, "user": _local_user(),
              "identity_file": str(key), "known_hosts": str(known)}
     tmp = directory / "sandbox.json.tmp"
-    tmp.write_text(json.dumps(state, indent=2) + "\n")
+    _write(tmp, json.dumps(state, indent=2) + "\n")
     tmp.replace(directory / "sandbox.json")
     _out(f"sandbox: started, pid {server.pid}, {state['user']}@{server.address} port {server.port}\n"
          f"  try: {PROG} exec -- uname -a\n  stop: {PROG} sandbox stop\n")
