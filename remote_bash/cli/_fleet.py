@@ -64,12 +64,21 @@ async def _fleet_sessions(ctx: _Context, inventory: Inventory, pattern: str) -> 
     return make
 
 
+def _check_output_dir(directory: str | None) -> None:
+    """Refuse an unsafe ``--output-dir`` before any host is worked on, so no output is lost to it."""
+    if directory:
+        from remote_bash._paths import private_dir
+
+        private_dir(directory, what="--output-dir")
+
+
 def _cmd_fleet(ctx: _Context) -> int:
     if ctx.args.action == "run":
         return _cmd_fleet_run(ctx)
     from remote_bash import fleet
 
     command = _command_text(ctx.args, f"{PROG} fleet exec web -- uptime")
+    _check_output_dir(ctx.args.output_dir)
     progress = _Progress()
 
     async def go(inventory: Inventory) -> fleet.FleetResult:
@@ -117,6 +126,7 @@ def _cmd_fleet_run(ctx: _Context) -> int:
         raise _UsageError("--serial and --fail-fast apply to a conversation per host, not to --coordinator")
     _require_api_key(ctx.env)
     task = _task_text(args)
+    _check_output_dir(args.output_dir)
     options: dict[str, Any] = {}
     if args.model:
         options["model"] = args.model
