@@ -56,7 +56,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path, PurePath
 from typing import Any
 
-from remote_bash._paths import UnsafePath, open_private, private_dir, state_dir
+from remote_bash._paths import UnsafePath, config_dir, open_private, private_dir, state_dir, write_private
 from remote_bash.errors import AuditError, RemoteBashError
 from remote_bash.redact import Redactor
 
@@ -66,7 +66,9 @@ __all__ = [
     "VerifyReport",
     "default_audit_dir",
     "format_records",
+    "keyring_marker",
     "load_key_file",
+    "mark_keyring_key",
     "new_key",
     "write_key_file",
 ]
@@ -291,7 +293,8 @@ class AuditLog:
                 raise AuditError(
                     f"the audit log {path} is keyed (its last record carries a MAC) but no audit key was "
                     "found, and a keyed log is never continued without one; make the key available "
-                    "(the keyring entry or the inventory's audit_key_file); "
+                    "(the inventory's audit_key_file, or the OS keyring: `remote-bash audit key init` marks "
+                    "a key kept there as in use); "
                     "the command was not run because it could not be audited",
                     host=host,
                 )
@@ -849,6 +852,21 @@ def load_key_file(path: Path) -> bytes:
         raise AuditError(str(exc)) from exc
     except OSError as exc:
         raise AuditError(f"cannot read the audit key file {path}: {exc.strerror or exc}") from exc
+
+
+def keyring_marker(env: Mapping[str, str] | None = None) -> Path:
+    """The file saying the audit key is kept in the OS keyring (it holds no secret), so that only
+    then is the keyring read. Deleting it cannot turn keying off: a keyed log then refuses writes."""
+    return config_dir(env) / "audit-key-in-keyring"
+
+
+def mark_keyring_key(env: Mapping[str, str] | None = None) -> Path:
+    """Write :func:`keyring_marker` (owner-only, in a checked directory)."""
+    path = keyring_marker(env)
+    private_dir(path.parent, what="the audit key marker")
+    text = "The audit key is kept in the OS keyring (service remote-bash, user audit:key).\n"
+    write_private(path, text.encode(), what="the audit key marker")
+    return path
 
 
 def write_key_file(path: Path) -> None:

@@ -288,7 +288,7 @@ def test_cli_keyring_key_keys_the_chain_and_catches_a_recomputed_edit(web1: Host
     assert "stored a new audit key in the OS keyring" in made.stdout
     again = cli(env, "audit", "key", "init")
     assert again.returncode != 0
-    assert "already kept in the OS keyring; it is never replaced" in again.stderr
+    assert "already kept in the OS keyring (commands use it); it is never replaced" in again.stderr
     for word in ("one", "two"):
         assert cli(env, "exec", "web-1", "--", f"echo {word}").returncode == 0
     path = tmp_path / "audit" / "web-1.jsonl"
@@ -296,6 +296,18 @@ def test_cli_keyring_key_keys_the_chain_and_catches_a_recomputed_edit(web1: Host
     out = cli(env, "audit", "verify", "web-1")
     assert out.returncode == 0, out.stdout
     assert "keyed chain: every record's HMAC-SHA256 was checked" in out.stdout
+
+    # The marker that makes commands read the keyring removed: a keyed log is not continued unkeyed,
+    # and verify still finds the key.
+    marker = tmp_path / "home" / ".config" / "remote-bash" / "audit-key-in-keyring"
+    marker.unlink()
+    refused = cli(env, "exec", "web-1", "--", f"touch {tmp_path}/ran")
+    assert refused.returncode != 0
+    assert "is keyed (its last record carries a MAC) but no audit key was found" in refused.stderr
+    assert not (tmp_path / "ran").exists()
+    assert "keyed chain" in cli(env, "audit", "verify", "web-1").stdout
+    assert cli(env, "audit", "key", "init").returncode != 0  # the key stays; the marker is back
+    assert marker.exists()
 
     raw = lines(path)
     index = next(i for i, line in enumerate(raw) if b"echo two" in line)

@@ -128,7 +128,8 @@ def _cmd_audit(ctx: _Context) -> int:
         return _cmd_audit_key(ctx)
     if ctx.args.file is not None:
         raise _UsageError("audit: --file goes with 'audit key init' only")
-    log = ctx.audit_log()
+    # verify always asks the keyring, so a removed marker cannot make a keyed log read as unkeyed.
+    log = ctx.audit_log(keyring=True if ctx.args.action == "verify" else None)
     if ctx.args.action == "verify":
         if not log.files(host):
             _err(f"{PROG}: no audit log for {host} in {log.directory}")
@@ -164,7 +165,7 @@ def _cmd_audit(ctx: _Context) -> int:
 
 
 def _cmd_audit_key(ctx: _Context) -> int:
-    from remote_bash.audit import new_key, write_key_file
+    from remote_bash.audit import mark_keyring_key, new_key, write_key_file
     from remote_bash.credentials import AUDIT_KEY_NAME, get_secret, set_secret
 
     if ctx.args.host != "init":
@@ -177,10 +178,12 @@ def _cmd_audit_key(ctx: _Context) -> int:
              "verifying the records it keys needs it\n")
         return 0
     if get_secret(AUDIT_KEY_NAME) is not None:
-        _err(f"{PROG}: an audit key is already kept in the OS keyring; it is never replaced, since verifying "
-             "the records it keyed needs it")
+        mark_keyring_key(ctx.env)
+        _err(f"{PROG}: an audit key is already kept in the OS keyring (commands use it); it is never "
+             "replaced, since verifying the records it keyed needs it")
         return EXIT_FAILED
     set_secret(AUDIT_KEY_NAME, new_key())
+    mark_keyring_key(ctx.env)
     _out("stored a new audit key in the OS keyring (service 'remote-bash', user 'audit:key'); from now on "
          "every audit record carries an HMAC-SHA256 made with it\nkeep a copy where the audit log is not: "
          "verifying the records it keys needs it\n")

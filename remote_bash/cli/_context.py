@@ -67,10 +67,15 @@ class _Context:
         with _sandbox_for_command(self.env) as inventory:
             yield inventory
 
-    def audit_log(self, redactor: Redactor | None = None) -> AuditLog:
-        from remote_bash.audit import AuditLog
+    def audit_log(self, redactor: Redactor | None = None, *, keyring: bool | None = None) -> AuditLog:
+        """The audit log; its key comes from the inventory's ``audit_key_file``, else from the OS
+        keyring when ``keyring`` (by default: when ``audit key init`` left its marker, so that a
+        command without a keyed log never loads the keyring)."""
+        from remote_bash.audit import AuditLog, keyring_marker
 
-        if self._keyring_key is None:
+        if keyring is None:
+            keyring = keyring_marker(self.env).exists()
+        if keyring and self._keyring_key is None:
             from remote_bash.credentials import audit_key_lookup
 
             self._keyring_key = audit_key_lookup()  # read while the connection is made
@@ -85,9 +90,7 @@ class _Context:
         if entry is not None and entry.audit_key_file is not None:
             return load_key_file(entry.audit_key_file)
         if self._keyring_key is None:
-            from remote_bash.credentials import audit_key_lookup
-
-            self._keyring_key = audit_key_lookup()
+            return None
         text = self._keyring_key()
         return None if text is None else parse_key(text, "the audit key in the OS keyring")
 
