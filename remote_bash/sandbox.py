@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from ._paths import private_dir
 from .errors import ConfigError
 
 __all__ = ["SshdServer", "find_sshd", "generate_keypair", "shared_sshd_config", "start_sshd"]
@@ -137,7 +138,7 @@ def start_sshd(
     if not ipaddress.ip_address(address).is_loopback:
         raise ConfigError(f"the throwaway sshd only listens on loopback, not {address}")
     sshd = find_sshd()
-    workdir.mkdir(parents=True, exist_ok=True)
+    private_dir(workdir, what="the sandbox")  # host key and sshd_config: nobody else may swap them
     if host_key is None:
         host_key = generate_keypair(workdir / "ssh_host_ed25519_key", "remote-bash-sandbox-host")
     auth = workdir / "authorized_keys"
