@@ -36,6 +36,7 @@ from .errors import (
     SessionClosed,
     SessionError,
     UnknownHostKey,
+    UnsafePath,
 )
 
 if TYPE_CHECKING:
@@ -107,6 +108,7 @@ __all__ = [
     "SessionClosed",
     "SessionError",
     "UnknownHostKey",
+    "UnsafePath",
     "__version__",
     "load_inventory",
 ]

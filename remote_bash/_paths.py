@@ -31,7 +31,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from .errors import ConfigError
+from .errors import UnsafePath
 
 __all__ = [
     "APP",
@@ -48,10 +48,6 @@ __all__ = [
 
 APP = "remote-bash"
 _MAX_LINKS = 40
-
-
-class UnsafePath(ConfigError):
-    """A path remote_bash would write to could be changed or read by someone else."""
 
 
 def home_dir(env: Mapping[str, str] | None = None) -> Path:

@@ -8,7 +8,8 @@ what failed and what to do about it.
 
     RemoteBashError
     ├── ConfigError                 a config or inventory file is wrong
-    │   └── InventoryError          (with file, line and field)
+    │   ├── InventoryError          (with file, line and field)
+    │   └── UnsafePath              a path to write could be changed by another user, or is a link
     ├── SelectionError              a host pattern names something unknown
     ├── AccessDenied                refused before anything was sent
     │   ├── HostNotAllowed          host outside the inventory or the allowlist
@@ -57,6 +58,7 @@ __all__ = [
     "SessionClosed",
     "SessionError",
     "UnknownHostKey",
+    "UnsafePath",
 ]
 
 
@@ -76,6 +78,11 @@ class RemoteBashError(Exception):
 
 class ConfigError(RemoteBashError):
     """A configuration value or file is wrong."""
+
+
+class UnsafePath(ConfigError):
+    """A file or directory remote_bash would write could be changed by another user, or is a
+    symbolic link in place of a file; the message names the path and what to do."""
 
 
 class InventoryError(ConfigError):

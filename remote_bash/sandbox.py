@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from ._paths import private_dir
 from .errors import ConfigError
 
 __all__ = ["SshdServer", "find_sshd", "generate_keypair", "shared_sshd_config", "start_sshd"]
@@ -138,7 +137,7 @@ def start_sshd(
     if not ipaddress.ip_address(address).is_loopback:
         raise ConfigError(f"the throwaway sshd only listens on loopback, not {address}")
     sshd = find_sshd()
-    private_dir(workdir, what="the sandbox")  # host key and sshd_config: nobody else may swap them
+    workdir.mkdir(parents=True, exist_ok=True)
     if host_key is None:
         host_key = generate_keypair(workdir / "ssh_host_ed25519_key", "remote-bash-sandbox-host")
     auth = workdir / "authorized_keys"
