@@ -358,6 +358,8 @@ def test_full_audit_disk_refuses_to_run_the_command(shared_host: Host, hosts: Te
             [sys.executable, "-c", _AUDIT_FULL_SCRIPT, shared_host.model_dump_json(), str(audit_dir),
              str(base), str(limit)],
             capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+            # The package under test, not whichever one is installed.
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
         )
         assert child.returncode == 0, child.stderr[-3000:]
         out = json.loads(child.stdout.strip().splitlines()[-1])
@@ -957,8 +959,9 @@ async def test_audit_files_are_owner_only_whatever_the_umask(shared_host: Host, 
     audit_dir = tmp_path / "deep" / "audit"
     old = os.umask(0)
     try:
-        # Small files, so rotation and the anchor of pruned files are covered too.
-        audit = AuditLog(audit_dir, max_bytes=1500, keep=2)
+        # Small files, so rotation and the anchor of pruned files are covered too; keyed, since an
+        # unkeyed anchor cannot vouch for pruned records and would not verify.
+        audit = AuditLog(audit_dir, max_bytes=1500, keep=2, key=bytes(range(32)))
         async with RemoteBashSession(shared_host, audit=audit) as session:
             for n in range(8):
                 await session.run(f"echo {n}")
