@@ -283,9 +283,14 @@ def test_cli_unkeyed_verify_says_so(web1: Host, tmp_path: Path) -> None:
 
 def test_cli_keyring_key_keys_the_chain_and_catches_a_recomputed_edit(web1: Host, tmp_path: Path) -> None:
     env = cli_env(tmp_path, {"hosts": {"web-1": entry(web1)}})
-    made = cli(env, "audit", "key", "init")
+    # The tests' keyring is keyrings.alt's plaintext file: refused unless the operator says so.
+    refused = cli(env, "audit", "key", "init")
+    assert refused.returncode != 0
+    assert "does not encrypt" in refused.stderr or "unencrypted" in refused.stderr, refused.stderr
+    made = cli(env, "audit", "key", "init", "--store-readable")
     assert made.returncode == 0, made.stderr
-    assert "stored a new audit key in the OS keyring" in made.stdout
+    assert "stored a new audit key in the keyring backend" in made.stdout
+    assert "NOT encrypted" in made.stdout
     again = cli(env, "audit", "key", "init")
     assert again.returncode != 0
     assert "already kept in the OS keyring (commands use it); it is never replaced" in again.stderr

@@ -126,8 +126,8 @@ def _cmd_audit(ctx: _Context) -> int:
     host: str = ctx.args.host
     if ctx.args.action == "key":
         return _cmd_audit_key(ctx)
-    if ctx.args.file is not None:
-        raise _UsageError("audit: --file goes with 'audit key init' only")
+    if ctx.args.file is not None or ctx.args.store_readable:
+        raise _UsageError("audit: --file and --store-readable go with 'audit key init' only")
     # verify always asks the keyring, so a removed marker cannot make a keyed log read as unkeyed.
     log = ctx.audit_log(keyring=True if ctx.args.action == "verify" else None)
     if ctx.args.action == "verify":
@@ -182,9 +182,10 @@ def _cmd_audit_key(ctx: _Context) -> int:
         _err(f"{PROG}: an audit key is already kept in the OS keyring (commands use it); it is never "
              "replaced, since verifying the records it keyed needs it")
         return EXIT_FAILED
-    set_secret(AUDIT_KEY_NAME, new_key())
+    stored = set_secret(AUDIT_KEY_NAME, new_key(), store_readable=ctx.args.store_readable)
     mark_keyring_key(ctx.env)
-    _out("stored a new audit key in the OS keyring (service 'remote-bash', user 'audit:key'); from now on "
-         "every audit record carries an HMAC-SHA256 made with it\nkeep a copy where the audit log is not: "
-         "verifying the records it keys needs it\n")
+    how = "encrypted" if stored.encrypted else "NOT encrypted: readable by anyone who can read it"
+    _out(f"stored a new audit key in the keyring backend {stored.backend} ({how}; service 'remote-bash', "
+         "user 'audit:key'); from now on every audit record carries an HMAC-SHA256 made with it\nkeep a copy "
+         "where the audit log is not: verifying the records it keys needs it\n")
     return 0

@@ -159,6 +159,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("host", metavar="HOST", help="inventory host (for 'key': init)")
     p.add_argument("--file", metavar="FILE", help="key init: write the key to FILE (0600) instead of the "
                                                   "OS keyring; name it in the inventory as audit_key_file")
+    p.add_argument("--store-readable", action="store_true",
+                   help="key init: allow a keyring backend that does not encrypt (it is then as readable as "
+                        "a key file)")
     p.add_argument("--since", type=_since, metavar="TIME", help="ISO 8601 time, or an age: 30m, 2h, 7d")
     p.add_argument("--session", metavar="ID", help="only this session")
     p.add_argument("--tool-use-id", metavar="ID", help="only this tool_use id")
