@@ -273,6 +273,21 @@ def test_output_dir_refuses_an_attacked_directory(tmp_path: Path, other: pwd.str
     untouched(target)
 
 
+@pytest.mark.parametrize("attack", list(ATTACKS))
+def test_fleet_run_output_dir_refuses_an_attacked_directory(
+    tmp_path: Path, other: pwd.struct_passwd, attack: str
+) -> None:
+    from remote_bash.fleet_run import FleetRun, HostRun
+
+    directory, why, target = ATTACKS[attack](tmp_path, other)
+    run = FleetRun(task="t", pattern="all", mode="per-host", results=[HostRun(host="web-1", status="ok")])
+    with pytest.raises(UnsafePath, match=re.escape(why)):
+        fleet.write_run_output_dir(run, directory)
+    untouched(target)
+    (path,) = fleet.write_run_output_dir(run, tmp_path / "fine")
+    assert (mode(tmp_path / "fine"), mode(path)) == (0o700, 0o600)
+
+
 def test_output_dir_never_writes_through_a_planted_file_link(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir(mode=0o700)
