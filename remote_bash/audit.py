@@ -16,15 +16,19 @@ Layout, in ``directory``:
   when the next record would take it past ``max_bytes``. Beyond ``keep`` (20 by default)
   the oldest file is deleted, and the seq and hash of its last record are saved in
   ``<host>.jsonl.anchor`` so :meth:`AuditLog.verify` can still check where the kept chain
-  starts. Nothing else is ever deleted.
+  starts. Only a keyed anchor (with a MAC) can vouch for that: an unkeyed one could have been
+  written by whoever deleted the head, and does not verify. Nothing else is ever deleted.
 * ``<host>.jsonl.lock``: the lock every writer takes (it is never renamed).
 
 A record is one JSON object on one line: ``ts`` (UTC, microseconds, ``Z``), ``event``,
 ``host``, ``seq`` (1, 2, 3, ... per host, across rotations), ``prev`` (SHA-256 of the
 previous record's line, without its newline; 64 zeros for the first), the caller's
-fields, and last ``hash``: SHA-256 of the line as it would read without ``hash``. So an
-edit of any record, the last one included, breaks its own hash, and a removed, inserted
-or reordered record breaks ``seq`` and ``prev``.
+fields, then ``hash``: SHA-256 of the line's bytes before it, and in a keyed chain last
+``mac``: HMAC-SHA256 of the line's bytes before it under the audit key (the format is in
+:mod:`remote_bash._audit_chain`). So an edit of any record, the last one included, breaks its
+own hash, a removed, inserted or reordered record breaks ``seq`` and ``prev``, and with a key an
+edit recomputed without it breaks the MAC. :meth:`AuditLog.verify` checks the bytes as written.
+Records removed from the end cannot be seen in the log itself, keyed or not.
 
 Writers in several threads, tasks and processes may share a host's file: each record is
 written under an exclusive ``flock`` on the lock file (and a thread lock), with a single
@@ -44,7 +48,6 @@ import contextlib
 import errno
 import fcntl
 import hashlib
-import hmac
 import json
 import math
 import os
@@ -56,7 +59,23 @@ from datetime import UTC, date, datetime
 from pathlib import Path, PurePath
 from typing import Any
 
-from remote_bash._paths import UnsafePath, config_dir, open_private, private_dir, state_dir, write_private
+from remote_bash._audit_chain import (
+    Anchor,
+    anchor_bytes,
+    anchor_problem,
+    check_key,
+    keyring_marker,
+    load_key_file,
+    mark_keyring_key,
+    new_key,
+    parse_anchor,
+    parse_key,
+    seal,
+    sha256,
+    unseal,
+    write_key_file,
+)
+from remote_bash._paths import UnsafePath, open_private, private_dir, state_dir
 from remote_bash.errors import AuditError, RemoteBashError
 from remote_bash.redact import Redactor
 
@@ -70,6 +89,7 @@ __all__ = [
     "load_key_file",
     "mark_keyring_key",
     "new_key",
+    "parse_key",
     "write_key_file",
 ]
 
@@ -180,7 +200,7 @@ class AuditLog:
         if max_bytes < 1 or keep < 1:
             raise ValueError("max_bytes and keep must be positive")
         if isinstance(key, bytes):
-            _check_key(key)
+            check_key(key)
         self.directory = Path(directory)
         self.fsync = fsync
         self.max_bytes = max_bytes
@@ -210,7 +230,7 @@ class AuditLog:
             except ValueError as exc:
                 raise AuditError(f"cannot load the audit key: {exc}", host=host) from exc
             if key is not None:
-                _check_key(key)
+                check_key(key)
         self._keys[host] = key
         return key
 
@@ -302,8 +322,8 @@ class AuditLog:
             head = {"ts": _now(), "event": event, "host": _plain(host, "host"), "seq": seq + 1, "prev": prev}
             record = {**head, **extra}
             body = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-            data = _seal(body, key)
-            record["hash"] = _sha256(body)
+            data = seal(body, key)
+            record["hash"] = sha256(body)
             if key is not None:
                 record["mac"] = data[-66:-2].decode()
             if stat.st_size > 0 and stat.st_size + len(data) + 1 > self.max_bytes:
@@ -320,7 +340,7 @@ class AuditLog:
                 stat.st_ino,
                 stat.st_size + len(data) + 1,
                 seq + 1,
-                _sha256(data),
+                sha256(data),
                 key is not None,
             )
             return record
@@ -428,7 +448,7 @@ class AuditLog:
             anchor = None
         if anchor is not None:
             expected_seq, expected_prev = anchor.seq + 1, anchor.digest
-            if why := _anchor_problem(anchor, key):
+            if why := anchor_problem(anchor, key):
                 problems.append(f"{anchor_path}: records before seq {anchor.seq + 1} are gone, and {why}")
         count = keyed = unkeyed_prefix = unchecked = 0
         first = True
@@ -438,7 +458,7 @@ class AuditLog:
             if not raw.endswith(b"\n"):
                 reasons.append("truncated line (no newline at the end of the file)")
             line = raw[:-1] if raw.endswith(b"\n") else raw
-            record, mac, seal_reasons = _unseal(line, key)
+            record, mac, seal_reasons = unseal(line, key)
             reasons += seal_reasons
             if record is None:
                 expected_seq = None
@@ -458,7 +478,7 @@ class AuditLog:
                                        "(the chain was rewritten from here without the key)")
                     else:
                         unkeyed_prefix += 1
-            expected_prev = _sha256(line)
+            expected_prev = sha256(line)
             first = False
             if reasons:
                 where = f"seq {record.get('seq')}" if record is not None else "seq ?"
@@ -514,10 +534,6 @@ class AuditLog:
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def _rotated(current: Path, number: int) -> Path:
@@ -648,7 +664,7 @@ def _last_record(host: str, path: Path, fd: int, size: int) -> tuple[int, str, b
             "the command was not run because it could not be audited",
             host=host,
         )
-    return seq, _sha256(line[:-1]), "mac" in record
+    return seq, sha256(line[:-1]), "mac" in record
 
 
 def _parse(raw: bytes) -> dict[str, Any] | None:
@@ -687,118 +703,17 @@ def _check_record(
     return reasons
 
 
-# -- the bytes of a record, the keyed chain, the anchor -----------------------------------------
-
-_SEALED = re.compile(rb'(\{.*),"hash":"([0-9a-f]{64})"(?:,"mac":"([0-9a-f]{64})")?\}', re.DOTALL)
-_ANCHOR_MAC = re.compile(rb'(\{.*),"mac":"([0-9a-f]{64})"\}', re.DOTALL)
-_ANCHOR_CONTEXT = b"remote-bash audit anchor\n"  # an anchor's MAC can never pass for a record's
-_KEY_BYTES = 32
-
-
-def _mac(key: bytes, data: bytes) -> str:
-    return hmac.new(key, data, hashlib.sha256).hexdigest()
-
-
-def _seal(body: bytes, key: bytes | None) -> bytes:
-    """The line of a record: its compact JSON ``body``, then ``hash`` of those bytes, then with a
-    key ``mac``, the HMAC-SHA256 of everything before it (the line with ``hash``)."""
-    line = body[:-1] + b',"hash":"' + _sha256(body).encode() + b'"}'
-    if key is None:
-        return line
-    return line[:-1] + b',"mac":"' + _mac(key, line).encode() + b'"}'
-
-
-def _strict(data: bytes) -> dict[str, Any] | None:
-    """A JSON object with no key repeated at any depth (parsers disagree on which one wins)."""
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out = dict(items)
-        if len(out) != len(items):
-            raise ValueError("repeated key")
-        return out
-
-    try:
-        value = json.loads(data, object_pairs_hook=pairs)
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _unseal(line: bytes, key: bytes | None) -> tuple[dict[str, Any] | None, str, list[str]]:
-    """Check a line's bytes as written: the record, the state of its MAC
-    (``ok``/``bad``/``absent``/``unchecked``) and what is wrong."""
-    record = _strict(line)
-    if record is None:
-        return None, "absent", ["not a valid JSON record (garbled, truncated, or a key repeated)"]
-    sealed = _SEALED.fullmatch(line)
-    body = _strict(sealed[1] + b"}") if sealed else None
-    if sealed is None or body is None or "hash" in body or "mac" in body:
-        return record, "absent", ["hash (and mac) are not the last fields of the line, as the log writes them"]
-    reasons = []
-    if _sha256(sealed[1] + b"}") != sealed[2].decode():
-        reasons.append("the record was altered (the hash of its bytes does not match)")
-    if sealed[3] is None:
-        return record, "absent", reasons
-    if key is None:
-        return record, "unchecked", reasons
-    signed = sealed[1] + b',"hash":"' + sealed[2] + b'"}'
-    if hmac.compare_digest(_mac(key, signed).encode(), sealed[3]):
-        return record, "ok", reasons
-    reasons.append("its MAC does not match: it was written or rewritten without the audit key")
-    return record, "bad", reasons
-
-
-@dataclass(frozen=True)
-class _Anchor:
-    seq: int
-    digest: str
-    mac: str
-    """``ok``, ``bad``, ``absent`` or ``unchecked`` (no key to check it with)."""
-
-
-def _read_anchor(path: Path, host: str, key: bytes | None) -> _Anchor | None:
+def _read_anchor(path: Path, host: str, key: bytes | None) -> Anchor | None:
     """The seq and hash saved when the oldest rotated file was deleted, if ever."""
     try:
-        raw = _read_all(path).rstrip(b"\n")
+        raw = _read_all(path)
     except FileNotFoundError:
         return None
-    signed = _ANCHOR_MAC.fullmatch(raw)
-    data = _strict(signed[1] + b"}" if signed else raw)
-    if data is None:
-        raise ValueError("the anchor file is damaged (not a JSON object)")
-    seq, digest = data.get("seq"), data.get("hash")
-    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0 or not isinstance(digest, str):
-        raise ValueError("the anchor file is damaged (seq or hash missing)")
-    if signed is None:
-        mac = "absent"
-    elif key is None:
-        mac = "unchecked"
-    else:
-        good = hmac.compare_digest(_mac(key, _ANCHOR_CONTEXT + signed[1] + b"}").encode(), signed[2])
-        mac = "ok" if good and data.get("host") == _plain(host, "host") else "bad"
-    return _Anchor(seq, digest, mac)
-
-
-def _anchor_problem(anchor: _Anchor, key: bytes | None) -> str | None:
-    """Why the anchor cannot vouch that the missing records were pruned by rotation, if it cannot."""
-    if anchor.mac == "ok":
-        return None
-    if anchor.mac == "bad":
-        return "the anchor's MAC does not match: it was not written with this audit key (planted or edited)"
-    if anchor.mac == "unchecked":
-        return "the anchor carries a MAC but no audit key was found to check it"
-    return (
-        "the anchor that says rotation pruned them carries no MAC: anyone who can delete records can "
-        "write one, so pruning cannot be told from deletion"
-        + ("" if key is not None else " (keep an audit key, `remote-bash audit key init`, to tell them apart)")
-    )
+    return parse_anchor(raw, _plain(host, "host"), key)
 
 
 def _write_anchor(path: Path, host: str, seq: int, digest: str, pruned: str, key: bytes | None) -> None:
-    payload = {"host": _plain(host, "host"), "seq": seq, "hash": digest, "pruned": pruned, "ts": _now()}
-    data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
-    if key is not None:
-        data = data[:-1] + b',"mac":"' + _mac(key, _ANCHOR_CONTEXT + data).encode() + b'"}'
+    data = anchor_bytes(_plain(host, "host"), seq, digest, pruned, _now(), key)
     tmp = path.with_name(f"{path.name}.tmp")
     fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, what="the audit log")
     try:
@@ -807,82 +722,6 @@ def _write_anchor(path: Path, host: str, seq: int, digest: str, pruned: str, key
     finally:
         os.close(fd)
     os.replace(tmp, path)
-
-
-# -- audit keys -------------------------------------------------------------------------------
-
-
-def _check_key(key: bytes) -> None:
-    if not isinstance(key, bytes) or len(key) < 16:
-        raise ValueError("an audit key must be at least 16 bytes")
-
-
-def new_key() -> str:
-    """A fresh audit key, as the 64 hex digits kept in a key file or the keyring."""
-    return os.urandom(_KEY_BYTES).hex()
-
-
-def parse_key(text: str, where: str) -> bytes:
-    """The key written as hex digits (surrounding white space ignored); ValueError naming ``where``."""
-    try:
-        key = bytes.fromhex(text.strip())
-    except ValueError:
-        key = b""
-    if len(key) < 16:
-        raise ValueError(f"{where} does not hold an audit key (at least 32 hex digits, as "
-                         "`remote-bash audit key init` writes)")
-    return key
-
-
-def load_key_file(path: Path) -> bytes:
-    """Read an audit key file; AuditError when it is missing, readable by others, or not a key."""
-    what = "the audit key"
-    try:
-        private_dir(path.parent, what=what, create=False)
-        fd = open_private(path, os.O_RDONLY, what=what)
-        try:
-            if os.fstat(fd).st_mode & 0o077:
-                raise AuditError(f"the audit key file {path} is readable or writable by others; "
-                                 f"run 'chmod 600 {path}'")
-            text = os.read(fd, 4096).decode("ascii", "replace")
-        finally:
-            os.close(fd)
-        return parse_key(text, f"the audit key file {path}")
-    except (UnsafePath, ValueError) as exc:
-        raise AuditError(str(exc)) from exc
-    except OSError as exc:
-        raise AuditError(f"cannot read the audit key file {path}: {exc.strerror or exc}") from exc
-
-
-def keyring_marker(env: Mapping[str, str] | None = None) -> Path:
-    """The file saying the audit key is kept in the OS keyring (it holds no secret), so that only
-    then is the keyring read. Deleting it cannot turn keying off: a keyed log then refuses writes."""
-    return config_dir(env) / "audit-key-in-keyring"
-
-
-def mark_keyring_key(env: Mapping[str, str] | None = None) -> Path:
-    """Write :func:`keyring_marker` (owner-only, in a checked directory)."""
-    path = keyring_marker(env)
-    private_dir(path.parent, what="the audit key marker")
-    text = "The audit key is kept in the OS keyring (service remote-bash, user audit:key).\n"
-    write_private(path, text.encode(), what="the audit key marker")
-    return path
-
-
-def write_key_file(path: Path) -> None:
-    """Create ``path`` (0600, in a checked directory) holding a fresh key; never overwrites one."""
-    path = Path(os.path.abspath(path.expanduser()))
-    private_dir(path.parent, what="the audit key")
-    try:
-        fd = open_private(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, what="the audit key")
-    except FileExistsError as exc:
-        raise AuditError(f"{path} already exists; an audit key is never overwritten, since verifying the "
-                         "records it keyed needs it (choose another file)") from exc
-    try:
-        os.write(fd, (new_key() + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _fsync_dir(directory: Path) -> None:
