@@ -88,13 +88,16 @@ def strict(data: bytes) -> dict[str, Any] | None:
 def unseal(line: bytes, key: bytes | None) -> tuple[dict[str, Any] | None, str, list[str]]:
     """Check a line's bytes as written: the record, the state of its MAC
     (``ok``/``bad``/``absent``/``unchecked``) and what is wrong."""
-    record = strict(line)
-    if record is None:
-        return None, "absent", ["not a valid JSON record (garbled, truncated, or a key repeated)"]
     sealed = _SEALED.fullmatch(line)
     body = strict(sealed[1] + b"}") if sealed else None
-    if sealed is None or body is None or "hash" in body or "mac" in body:
+    if sealed is None or not body or "hash" in body or "mac" in body:
+        # Not as the log writes it: parse the whole line only to say how it is wrong.
+        record = strict(line)
+        if record is None:
+            return None, "absent", ["not a valid JSON record (garbled, truncated, or a key repeated)"]
         return record, "absent", ["hash (and mac) are not the last fields of the line, as the log writes them"]
+    # The line is the body with these fields appended, so this is what parsing the line gives.
+    record = {**body, "hash": sealed[2].decode()} | ({"mac": sealed[3].decode()} if sealed[3] else {})
     reasons = []
     if sha256(sealed[1] + b"}") != sealed[2].decode():
         reasons.append("the record was altered (the hash of its bytes does not match)")
