@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -411,70 +410,6 @@ def test_fleet_exec_recap_json_and_output_dir(env: dict[str, str], tmp_path: Pat
     statuses = {r["host"]: r["status"] for r in json.loads(allowed.stdout)["results"]}
     assert statuses == {"cli-a": "error", "cli-b": "ok"}
     assert "host.denied" in [r["event"] for r in audit_records(env, "cli-a")]
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether ``pid`` still runs, after giving it a few seconds to exit."""
-    for _ in range(100):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-# -- the sandbox host ----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def no_inventory(tmp_path: Path) -> Iterator[dict[str, str]]:
-    env = base_env(tmp_path)
-    yield env
-    cli(env, "sandbox", "stop")
-
-
-def test_exec_without_inventory_uses_a_sandbox_for_the_command(no_inventory: dict[str, str]) -> None:
-    out = cli(no_inventory, "exec", "--", "echo hi")
-    assert (out.returncode, out.stdout) == (0, "hi\n"), out.stderr
-    status = cli(no_inventory, "sandbox", "status")
-    assert status.returncode == 3
-    assert "not running" in status.stdout  # the throwaway one is gone
-
-
-def test_sandbox_start_status_exec_stop(no_inventory: dict[str, str]) -> None:
-    env = no_inventory
-    started = cli(env, "sandbox", "start")
-    assert started.returncode == 0, started.stderr
-    status = cli(env, "sandbox", "status", "--json")
-    assert status.returncode == 0
-    state = json.loads(status.stdout)
-    assert state["running"] is True
-    assert state["address"] == "127.0.0.1"
-    state_dir = Path(env["XDG_STATE_HOME"]) / "remote-bash" / "sandbox"
-    assert Path(state["known_hosts"]).parent == state_dir
-    assert (state_dir.stat().st_mode & 0o777) == 0o700
-
-    out = cli(env, "exec", "--", "echo hi; whoami")
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[0] == "hi"
-    starts = [r for r in audit_records(env, "sandbox") if r["event"] == "session.start"]
-    assert starts[-1]["address"] == f"127.0.0.1:{state['port']}"  # the running sandbox was reused
-
-    stopped = cli(env, "sandbox", "stop")
-    assert stopped.returncode == 0
-    assert not pid_alive(state["pid"])
-    assert cli(env, "sandbox", "status").returncode == 3
-
-
-def test_sandbox_without_openssh_uses_the_asyncssh_server(no_inventory: dict[str, str]) -> None:
-    """On a machine without sshd, the sandbox is asyncssh's own server (run as the CLI would run there)."""
-    without_sshd = ("import sys, remote_bash.sandbox as s; s.find_sshd = lambda: None; "
-                    "from remote_bash.cli import main; sys.exit(main(sys.argv[1:]))")
-    out = subprocess.run([sys.executable, "-c", without_sshd, "exec", "--", "echo hi; exit 4"],
-                         env=no_inventory, capture_output=True, text=True, timeout=60,
-                         stdin=subprocess.DEVNULL)
-    assert (out.returncode, out.stdout) == (4, "hi\n"), out.stderr
 
 
 def test_every_command_handler_named_in_the_parser_exists() -> None:

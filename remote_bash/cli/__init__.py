@@ -6,11 +6,11 @@ Commands: ``exec``, ``shell``, ``run``, ``hosts``, ``check``, ``credentials``, `
 Imports are lazy: ``--help`` and ``exec`` never load the anthropic SDK, which only ``run`` and
 ``fleet run`` need. An error is one line on stderr and a documented exit status, never a
 traceback unless ``--debug`` is given. With no inventory configured, the built-in ``sandbox``
-host is used: a throwaway sshd on 127.0.0.1 for the current user (``remote-bash sandbox``).
+host is used: a throwaway host in a container, or as a throwaway user (``remote-bash sandbox``).
 
-The package's modules, lowest layer first: ``_output`` (printing, exit statuses), ``_sandbox`` (the
-built-in host), ``_context`` (what the global options give every command), the commands in
-``_exec``, ``_run``, ``_admin`` and ``_fleet``, and ``_app`` (the parser and :func:`main`), which
+The package's modules, lowest layer first: ``_output`` (printing, exit statuses), ``_context`` (what
+the global options give every command, the built-in sandbox host included), the commands in
+``_exec``, ``_run``, ``_admin``, ``_fleet`` and ``_sandbox``, and ``_app`` (the parser and :func:`main`), which
 imports a command's module only when that command runs.
 """
 

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from ._context import _Context, _session
 from ._output import EXIT_FAILED, PROG, _duration, _err, _one_line, _out, _table, _UsageError
-from ._sandbox import SANDBOX, _running_sandbox, _sandbox_dir, _sandbox_host
 
 if TYPE_CHECKING:
     from remote_bash.inventory import Inventory
@@ -22,8 +21,11 @@ def _cmd_hosts(ctx: _Context) -> int:
     inventory = ctx.load()
     address: dict[str, str] = {}
     if inventory is None:
-        state = _running_sandbox(_sandbox_dir(ctx.env))
-        hosts = [_sandbox_host("127.0.0.1", int(state["port"]) if state else 22, Path("-"), Path("-"))]
+        from remote_bash.models import Host
+        from remote_bash.sandbox import SANDBOX, running
+
+        state = running(ctx.env)
+        hosts = [state.host() if state else Host(name=SANDBOX, hostname="127.0.0.1", labels={"sandbox": "true"})]
         if state is None:
             address[SANDBOX] = "127.0.0.1 (started when used; see 'remote-bash sandbox --help')"
     else:

@@ -31,6 +31,17 @@ if TYPE_CHECKING:
     from datetime import datetime
 
 
+def _sandbox_options(p: argparse.ArgumentParser) -> None:
+    """How the built-in sandbox host runs, for the commands that start one when no inventory is set."""
+    p.add_argument("--backend", choices=["container", "local", "unisolated"],
+                   help="sandbox backend when no inventory is configured (default: $REMOTE_BASH_SANDBOX, else "
+                        "container when Docker or Podman answers, else local: a throwaway user, as root); "
+                        "unisolated runs the commands as you, and is never chosen for you")
+    p.add_argument("--image", metavar="IMAGE",
+                   help="container sandbox: build on this image (one with sshd, or one apt-get, apk or dnf "
+                        "can install it into) instead of Debian's")
+
+
 def _globals(parser: argparse.ArgumentParser, *, top: bool) -> None:
     keep: Callable[[Any], Any] = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
     group = parser.add_argument_group("global options")
@@ -112,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="inventory host (optional with no inventory: sandbox)")
     p.add_argument("--timeout", type=_timeout, metavar="SECONDS", help="deadline (default: the host's)")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of streaming")
+    _sandbox_options(p)
     p.usage = f"{PROG} exec [options] [HOST] -- COMMAND..."
     p.set_defaults(handler="_exec:_cmd_exec")  # "module:function", imported when it runs (_command)
 
@@ -119,6 +131,7 @@ def _parser() -> argparse.ArgumentParser:
                      "(:restart for a fresh shell, :exit or Ctrl-D to leave).", f"{PROG} shell web-1")
     p.add_argument("host", nargs="?", metavar="HOST")
     p.add_argument("--timeout", type=_timeout, metavar="SECONDS", help="deadline per command")
+    _sandbox_options(p)
     p.set_defaults(handler="_exec:_cmd_shell")
 
     p = add("run", "Let Claude do a task on a host with the bash tool, showing every command live.",
@@ -130,6 +143,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", metavar="TRANSCRIPT", help="continue the conversation saved in TRANSCRIPT")
     p.add_argument("--json", action="store_true", help="print events as JSON lines")
     _approval_options(p)
+    _sandbox_options(p)
     p.set_defaults(handler="_run:_cmd_run")
 
     p = add("hosts", "List the inventory's hosts.", f"{PROG} hosts 'web:&env=production'")
@@ -172,7 +186,8 @@ def _parser() -> argparse.ArgumentParser:
             f"{PROG} sandbox start && {PROG} exec -- whoami && {PROG} sandbox stop",
             EXIT_CODES + "\n  3    sandbox status: the sandbox is not running")
     p.add_argument("action", choices=["start", "stop", "status"])
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="status as JSON, with an inventory snippet")
+    _sandbox_options(p)
     p.set_defaults(handler="_sandbox:_cmd_sandbox")
 
     p = add("mcp", "Serve the inventory's hosts to an MCP client (Claude Code, Claude Desktop) over stdio: "

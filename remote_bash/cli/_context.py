@@ -10,8 +10,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from ._output import PROG, _UsageError
-from ._sandbox import _sandbox_for_command
+from ._output import PROG, _err, _UsageError
 
 if TYPE_CHECKING:
     from remote_bash._ssh import Credentials
@@ -64,8 +63,18 @@ class _Context:
         if loaded is not None:
             yield loaded
             return
-        with _sandbox_for_command(self.env) as inventory:
-            yield inventory
+        from remote_bash.inventory import Inventory
+        from remote_bash.sandbox import sandbox_for_command
+
+        with sandbox_for_command(self.env, getattr(self.args, "backend", None), image=getattr(self.args, "image", None),
+                                 progress=_progress, private_paths=self.private_paths()) as host:
+            yield Inventory(hosts={host.name: host})
+
+    def private_paths(self) -> list[Path]:
+        """What a sandboxed command must not read: the operator's home, audit logs and state."""
+        from remote_bash.sandbox import sandbox_dir
+
+        return [Path(self.env.get("HOME") or Path.home()), self.audit_dir, sandbox_dir(self.env).parent]
 
     def audit_log(self, redactor: Redactor | None = None, *, keyring: bool | None = None) -> AuditLog:
         """The audit log; its key comes from the inventory's ``audit_key_file``, else from the OS
@@ -157,3 +166,8 @@ def _source(known: dict[str, Credentials]) -> Callable[[Host], Awaitable[Credent
         return known[hop.name] if hop.name in known else await acredentials_for(hop)
 
     return credentials
+
+
+def _progress(message: str) -> None:
+    """Say what a slow sandbox step (the first image build) is doing."""
+    _err(f"{PROG}: {message}\n")

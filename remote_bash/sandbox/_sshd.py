@@ -1,8 +1,8 @@
-"""The throwaway local SSH host: an OpenSSH ``sshd`` on loopback with fresh keys.
+"""An OpenSSH ``sshd`` on loopback with fresh keys, started with a clean environment.
 
-Used by ``remote-bash`` when no inventory is configured (the built-in ``sandbox`` host),
-and by the test suite, which starts several of them on 127.0.0.2, 127.0.0.3, ...
-It never listens anywhere but a loopback address.
+Used by the local sandbox backends and by the test suite, which starts several of them on
+127.0.0.2, 127.0.0.3, ... It never listens anywhere but a loopback address, and never hands the
+caller's environment (API keys, tokens) to the server or the shells it starts.
 """
 
 from __future__ import annotations
@@ -22,9 +22,16 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from .errors import ConfigError
+from remote_bash.errors import ConfigError
 
-__all__ = ["SshdServer", "find_sshd", "generate_keypair", "shared_sshd_config", "start_sshd"]
+__all__ = ["SshdServer", "clean_environment", "find_sshd", "generate_keypair", "shared_sshd_config", "start_sshd"]
+
+SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def clean_environment(**extra: str) -> dict[str, str]:
+    """The whole environment a sandbox server starts with: a PATH and a UTF-8 locale, nothing inherited."""
+    return {"PATH": SAFE_PATH, "LANG": "C.UTF-8", **extra}
 
 
 def shared_sshd_config() -> str:
@@ -162,10 +169,14 @@ def start_sshd(
         config.write_text("\n".join(lines) + "\n" + shared_sshd_config())
         if sshd is not None:
             argv = [sshd, "-D", "-e", "-f", str(config)]
+            env = clean_environment()
         else:
-            # No OpenSSH: asyncssh's own server, running the user's shell for exec requests.
+            # No OpenSSH: asyncssh's own server, running the user's shell for exec requests. It
+            # needs to find this package and its dependencies, and nothing else of the caller's.
             argv = [sys.executable, "-m", "remote_bash._ssh", address, str(chosen), str(host_key), str(auth)]
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+            env = clean_environment(PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+                                    SHELL=os.environ.get("SHELL", "/bin/bash"))
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env, cwd="/",
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         ok, log = _wait_listening(proc, deadline)
         if ok:

@@ -1,0 +1,278 @@
+"""The built-in ``sandbox`` host's lifecycle: choose a backend, start, find, stop.
+
+Backends, in the order they are chosen when the operator names none:
+
+- ``container``: a container of the project's image, when Docker or Podman answers;
+- ``local``: sshd for a throwaway unprivileged user (needs root), refused otherwise with the ways out;
+- ``unisolated``: sshd for the operator's own account; only ever used when named.
+
+A sandbox started by :func:`start` runs until :func:`stop` and is described by a state file in
+the sandbox directory (owner-only); :func:`sandbox_for_command` reuses it, or runs one for the
+duration of a block. Nothing here prints: progress goes to the caller's callback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal, cast, get_args
+
+from remote_bash._paths import open_private, private_dir, state_dir, write_private
+from remote_bash.errors import ConfigError
+from remote_bash.models import Host
+
+from ._container import ensure_image, start_container
+from ._engine import Engine, find_engine
+from ._local import create_user, exposed_paths, local_refusal, remove_user, start_local_sshd
+from ._sshd import find_sshd, generate_keypair, start_sshd
+
+__all__ = ["SANDBOX", "Backend", "SandboxInfo", "choose_backend", "running", "sandbox_dir",
+           "sandbox_for_command", "start", "stop"]
+
+SANDBOX = "sandbox"
+Backend = Literal["container", "local", "unisolated"]
+BACKENDS: tuple[str, ...] = get_args(Backend)
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    """A running sandbox: how to reach it, and what to remove when it stops."""
+
+    backend: str
+    address: str
+    port: int
+    user: str
+    identity_file: str
+    known_hosts: str
+    pid: int = 0
+    """The local sshd's process (local and unisolated backends)."""
+    workdir: str = ""
+    """The local sshd's files, removed on stop."""
+    throwaway_user: str = ""
+    """The user created for the local backend, removed on stop."""
+    engine: str = ""
+    container: str = ""
+    image: str = ""
+
+    def host(self) -> Host:
+        return Host(name=SANDBOX, hostname=self.address, port=self.port, user=self.user,
+                    identity_file=Path(self.identity_file), known_hosts=Path(self.known_hosts),
+                    credential="key", labels={"sandbox": self.backend})
+
+    def inventory_snippet(self) -> str:
+        """An inventory entry for this sandbox, valid while it runs."""
+        return (f"hosts:\n  {SANDBOX}:\n    hostname: {self.address}\n    port: {self.port}\n"
+                f"    user: {self.user}\n    credential: key\n    identity_file: {self.identity_file}\n"
+                f"    known_hosts: {self.known_hosts}\n    labels: {{sandbox: {self.backend}}}\n")
+
+    def where(self) -> str:
+        if self.backend == "container":
+            return f"{self.engine} container {self.container[:12]} ({self.image})"
+        if self.backend == "local":
+            return f"sshd pid {self.pid}, throwaway user {self.throwaway_user}"
+        return f"sshd pid {self.pid}, your own account (unisolated)"
+
+
+def sandbox_dir(env: Mapping[str, str]) -> Path:
+    return state_dir(env) / "sandbox"
+
+
+def choose_backend(requested: str | None, env: Mapping[str, str]) -> tuple[Backend, Engine | None]:
+    """The backend to run (named, else $REMOTE_BASH_SANDBOX, else container when an engine answers)."""
+    name = requested or env.get("REMOTE_BASH_SANDBOX") or None
+    if name is not None and name not in BACKENDS:
+        raise ConfigError(f"unknown sandbox backend {name!r}: choose one of {', '.join(BACKENDS)}")
+    if name in (None, "container"):
+        engine = find_engine()
+        if engine is not None:
+            return "container", engine
+        if name == "container":
+            raise ConfigError("the container sandbox needs Docker or Podman, and neither answers: install one "
+                              "(Debian: apt-get install docker.io) and start it, or use --backend local")
+    return cast(Backend, name or "local"), None
+
+
+def _client_key(directory: Path) -> Path:
+    key = directory / "client_ed25519"
+    if not key.exists() or not key.with_suffix(".pub").exists():
+        key.unlink(missing_ok=True)
+        generate_keypair(key, "remote-bash-sandbox-client")
+    return key
+
+
+def _make_private(directory: Path) -> None:
+    private_dir(directory, what="the sandbox")
+
+
+def _write(path: Path, text: str) -> None:
+    write_private(path, text.encode(), what="the sandbox")
+
+
+def _launch(backend: Backend, engine: Engine | None, key: Path, known_hosts: Path, *, image: str | None,
+            progress: Progress | None, private_paths: Iterable[Path], workdir: Path) -> SandboxInfo:
+    """Start one sandbox and write its known_hosts; whatever was made is undone if this fails."""
+    public = key.with_suffix(".pub").read_text()
+    if backend == "container":
+        assert engine is not None
+        box = start_container(engine, ensure_image(engine, image, progress=progress), public)
+        _write(known_hosts, f"[127.0.0.1]:{box.port} {box.host_key}\n")
+        return SandboxInfo(backend=backend, address="127.0.0.1", port=box.port, user=box.user,
+                           identity_file=str(key), known_hosts=str(known_hosts), engine=engine.name,
+                           container=box.container, image=box.image)
+    if image is not None:
+        raise ConfigError(f"--image needs the container backend, not {backend}")
+    if backend == "unisolated":
+        me = pwd.getpwuid(os.getuid()).pw_name
+        shutil.rmtree(workdir, ignore_errors=True)
+        server = start_sshd(workdir, address="127.0.0.1", users=[me], authorized_keys=[public])
+        _write(known_hosts, server.known_hosts_line + "\n")
+        return SandboxInfo(backend=backend, address=server.address, port=server.port, user=me,
+                           identity_file=str(key), known_hosts=str(known_hosts), pid=server.pid,
+                           workdir=str(workdir))
+    refusal = local_refusal(os.geteuid(), find_sshd())
+    if refusal is not None:
+        raise ConfigError(refusal)
+    user = create_user()
+    try:
+        exposed = exposed_paths(user, private_paths)
+        if exposed:
+            raise ConfigError(f"the sandbox user could read {', '.join(map(str, exposed))}: make it private to "
+                              f"you (chmod 700), or use the container backend")
+        server = start_local_sshd(user, public)
+    except BaseException:
+        remove_user(user)
+        raise
+    _write(known_hosts, server.known_hosts_line + "\n")
+    return SandboxInfo(backend=backend, address=server.address, port=server.port, user=user,
+                       identity_file=str(key), known_hosts=str(known_hosts), pid=server.pid,
+                       workdir=str(server.workdir), throwaway_user=user)
+
+
+def _shutdown(info: SandboxInfo) -> None:
+    """Stop a sandbox and remove what it made: container, sshd, throwaway user, files."""
+    if info.container:
+        engine = find_engine(info.engine)
+        if engine is None:
+            raise ConfigError(f"cannot remove sandbox container {info.container[:12]}: {info.engine} does not answer")
+        engine.remove(info.container)
+    if info.pid:
+        _stop_pid(info.pid)
+    if info.throwaway_user:
+        remove_user(info.throwaway_user)
+    if info.workdir:
+        shutil.rmtree(info.workdir, ignore_errors=True)
+
+
+def start(env: Mapping[str, str], backend: str | None = None, *, image: str | None = None,
+          progress: Progress | None = None, private_paths: Iterable[Path] = ()) -> SandboxInfo:
+    """Start the sandbox that runs until :func:`stop` (the running one, if there is one already)."""
+    directory = sandbox_dir(env)
+    current = running(env)
+    if current is not None:
+        return current
+    chosen, engine = choose_backend(backend, env)
+    _make_private(directory)
+    key = _client_key(directory)
+    info = _launch(chosen, engine, key, directory / "known_hosts", image=image, progress=progress,
+                   private_paths=[*private_paths, directory], workdir=directory / "sshd")
+    tmp = directory / "sandbox.json.tmp"
+    _write(tmp, json.dumps(asdict(info), indent=2) + "\n")
+    tmp.replace(directory / "sandbox.json")
+    return info
+
+
+def running(env: Mapping[str, str]) -> SandboxInfo | None:
+    """The sandbox :func:`start` left running, or None."""
+    directory = sandbox_dir(env)
+    try:
+        # A state file someone else could write would point connections at their host and key.
+        private_dir(directory, what="the sandbox", create=False)
+        with os.fdopen(open_private(directory / "sandbox.json", os.O_RDONLY, what="the sandbox"), "rb") as file:
+            data: dict[str, Any] = json.loads(file.read(1 << 20))
+        info = SandboxInfo(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+    if info.container:
+        engine = find_engine(info.engine)
+        return info if engine is not None and engine.running(info.container) else None
+    return info if _is_sshd(info.pid) else None
+
+
+def stop(env: Mapping[str, str]) -> SandboxInfo | None:
+    """Stop the running sandbox (None when there was none) and forget it."""
+    state = sandbox_dir(env) / "sandbox.json"
+    info = running(env)
+    if info is not None:
+        _shutdown(info)
+    state.unlink(missing_ok=True)
+    return info
+
+
+@contextlib.contextmanager
+def sandbox_for_command(env: Mapping[str, str], backend: str | None = None, *, image: str | None = None,
+                        progress: Progress | None = None, private_paths: Iterable[Path] = ()) -> Iterator[Host]:
+    """The running sandbox's host, or one started now and removed when the block ends."""
+    current = running(env)
+    if current is not None:
+        if backend is not None and backend != current.backend:
+            raise ConfigError(f"a {current.backend} sandbox is running; stop it first ('sandbox stop') to use "
+                              f"the {backend} backend")
+        yield current.host()
+        return
+    chosen, engine = choose_backend(backend, env)
+    directory = sandbox_dir(env)
+    _make_private(directory)
+    key = _client_key(directory)
+    rundir = Path(tempfile.mkdtemp(prefix="run-", dir=directory))
+    try:
+        info = _launch(chosen, engine, key, rundir / "known_hosts", image=image, progress=progress,
+                       private_paths=[*private_paths, directory], workdir=rundir / "sshd")
+        try:
+            yield info.host()
+        finally:
+            _shutdown(info)
+    finally:
+        shutil.rmtree(rundir, ignore_errors=True)
+
+
+def _is_sshd(pid: int) -> bool:
+    """Whether ``pid`` runs and is still an sshd (or the asyncssh fallback): pids get reused."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes() if Path("/proc").is_dir() else b"sshd"
+    except (ProcessLookupError, PermissionError, FileNotFoundError):
+        return False
+    return b"sshd" in cmdline or b"remote_bash._ssh" in cmdline
+
+
+def _stop_pid(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        # The sshd and every connection it serves (each in a session of its own).
+        os.kill(pid, signal.SIGTERM)
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            if not _alive(pid):
+                return
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, which has no command line left, does not)."""
+    try:
+        os.kill(pid, 0)
+        return not Path("/proc").is_dir() or bool(Path(f"/proc/{pid}/cmdline").read_bytes())
+    except (ProcessLookupError, PermissionError, FileNotFoundError):
+        return False

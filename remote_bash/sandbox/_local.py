@@ -1,0 +1,124 @@
+"""The local sandbox backend: OpenSSH's sshd on 127.0.0.1 for a throwaway unprivileged user.
+
+Run as root, it creates a user that exists only while the sandbox runs (no password, a home of its
+own, removed with everything it started on stop) and checks, as that user, that the operator's
+home, audit logs and state are out of its reach before a command is served. It never serves the
+operator's own account: that is the explicit ``unisolated`` backend, which this module does not
+choose for anyone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from remote_bash.errors import ConfigError
+
+from ._sshd import SshdServer, clean_environment, find_sshd, start_sshd
+
+__all__ = ["USER_PREFIX", "create_user", "exposed_paths", "local_refusal", "remove_user", "start_local_sshd"]
+
+USER_PREFIX = "rb-sandbox-"
+ENGINE_HINT = ("install Docker or Podman (Debian: apt-get install docker.io) and the sandbox runs in a container")
+
+
+def local_refusal(euid: int, sshd: str | None) -> str | None:
+    """Why the local backend cannot isolate on this machine, with the ways out; None when it can."""
+    if euid != 0:
+        return ("the local sandbox isolates Claude's commands from your account by running them as a throwaway "
+                f"user, which needs root; {ENGINE_HINT}, run remote-bash as root, or accept that the commands "
+                "run as you, with your files, keys and environment: --backend unisolated")
+    if sshd is None:
+        return ("the local sandbox needs OpenSSH's sshd to log in as a throwaway user: apt-get install "
+                f"openssh-server, or {ENGINE_HINT}")
+    return None
+
+
+def create_user() -> str:
+    """A new unprivileged user with a home of its own and no usable password."""
+    name = USER_PREFIX + secrets.token_hex(3)
+    for argv in (["useradd", "--create-home", "--user-group", "--shell", "/bin/bash",
+                  "--comment", "remote-bash sandbox (removed on stop)", name],
+                 ["usermod", "--password", "*", name]):  # '*': no password, yet not locked for sshd
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False,
+                              stdin=subprocess.DEVNULL, env=clean_environment())
+        if done.returncode != 0:
+            remove_user(name)
+            raise ConfigError(f"cannot create the sandbox user {name}: {done.stderr.strip()}")
+    home = Path(pwd.getpwnam(name).pw_dir)
+    home.chmod(0o700)
+    return name
+
+
+def remove_user(name: str, *, deadline: float = 15.0) -> None:
+    """End every process of the throwaway user, then delete the user and its home."""
+    if not name.startswith(USER_PREFIX):
+        raise ConfigError(f"refusing to remove {name!r}: not a sandbox user")
+    try:
+        uid = pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return
+    end = time.monotonic() + deadline
+    while (pids := _processes_of(uid)) and time.monotonic() < end:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    done = subprocess.run(["userdel", "--remove", name], capture_output=True, text=True, timeout=30,
+                          check=False, stdin=subprocess.DEVNULL, env=clean_environment())
+    # userdel complains about a missing mail spool, which useradd never made: only a user still
+    # present is a failure.
+    with contextlib.suppress(KeyError):
+        pwd.getpwnam(name)
+        raise ConfigError(f"cannot remove the sandbox user {name}: {done.stderr.strip()}")
+
+
+def _processes_of(uid: int) -> list[int]:
+    pids = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            for line in status.read_text().splitlines():
+                if line.startswith("Uid:"):
+                    if int(line.split()[1]) == uid:
+                        pids.append(int(status.parent.name))
+                    break
+    return pids
+
+
+def exposed_paths(user: str, paths: Iterable[Path]) -> list[Path]:
+    """Those of ``paths`` that ``user`` can read or enter (checked as that user, by the kernel)."""
+    existing = [str(p) for p in paths if p.exists()]
+    if not existing:
+        return []
+    entry = pwd.getpwnam(user)
+    script = 'for p; do if [ -r "$p" ] || { [ -d "$p" ] && [ -x "$p" ]; }; then printf "%s\\n" "$p"; fi; done'
+    done = subprocess.run(["/bin/sh", "-c", script, "sh", *existing], capture_output=True, text=True, timeout=30,
+                          check=False, user=entry.pw_uid, group=entry.pw_gid, extra_groups=[], cwd="/",
+                          env=clean_environment(), stdin=subprocess.DEVNULL)
+    return [Path(line) for line in done.stdout.splitlines() if line]
+
+
+def start_local_sshd(user: str, public_key: str) -> SshdServer:
+    """sshd on 127.0.0.1 letting only ``user`` in; its files live in a private directory of /tmp.
+
+    sshd reads authorized_keys as the user logging in, so the directory is enterable (not
+    listable) by others; the host's private key in it stays root's alone.
+    """
+    if find_sshd() is None:
+        raise ConfigError(local_refusal(0, None) or "sshd is not installed")
+    workdir = Path(tempfile.mkdtemp(prefix="remote-bash-sandbox-"))
+    workdir.chmod(0o711)
+    try:
+        return start_sshd(workdir, address="127.0.0.1", users=[user], authorized_keys=[public_key])
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
