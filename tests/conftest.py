@@ -13,6 +13,9 @@ from remote_bash.session import RemoteBashSession
 from .messages_server import MessagesServer
 from .sshd import TestHosts, make_test_hosts
 
+# The fixtures users get for their own tests (remote_host, remote_session), proven here daily.
+pytest_plugins = ["remote_bash.testing"]
+
 
 @pytest.fixture(scope="session")
 def hosts() -> Iterator[TestHosts]:

@@ -1,7 +1,8 @@
-"""The Docker lab (docker/) checked without Docker: no engine runs here, so nothing is built.
+"""The image and the Docker lab (docker/) checked without an engine (tests/test_docker.py builds them).
 
-What is checked: the image runs the sshd settings the tests run, the example inventory loads
-and matches the compose hosts, and every published port is bound to 127.0.0.1.
+What is checked: the Dockerfile builds on every Docker in use (no heredocs, no syntax= frontend),
+the image runs the sshd settings the tests run, the example inventory loads and matches the
+compose hosts, and every published port is bound to 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -23,15 +24,17 @@ from .sshd import TestHosts
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER = ROOT / "docker"
+DATA = ROOT / "remote_bash" / "data"
+DOCKERFILE = DATA / "Dockerfile"
 SHARED = "remote_bash/data/sshd_config"
 PER_RUN = ("ListenAddress", "HostKey", "PidFile", "AuthorizedKeysFile", "AllowUsers")
 """Keywords whoever starts sshd writes before the shared settings (sandbox.start_sshd)."""
 
 
 def dockerfile_instructions() -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) pairs, continuation lines joined; heredoc bodies skipped."""
+    """(INSTRUCTION, arguments) pairs, continuation lines joined."""
     out: list[tuple[str, str]] = []
-    lines = iter((DOCKER / "Dockerfile").read_text().splitlines())
+    lines = iter(DOCKERFILE.read_text().splitlines())
     for line in lines:
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -39,24 +42,13 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
             line = line[:-1] + " " + next(lines).strip()
         word, _, rest = line.strip().partition(" ")
         out.append((word.upper(), rest.strip()))
-        heredoc = re.search(r"<<-?'?(\w+)'?", rest)
-        if heredoc:
-            for body in lines:
-                if body.strip() == heredoc.group(1):
-                    break
     return out
 
 
-def heredoc(name: str) -> str:
-    """The body of the heredoc that writes ``name`` in the Dockerfile."""
-    text = (DOCKER / "Dockerfile").read_text()
-    found = re.search(rf"<<'?(\w+)'? {re.escape(name)}\n(.*?)\n\1\n", text, re.S)
-    assert found, f"no heredoc writes {name}"
-    return found.group(2)
-
-
 def compose() -> dict[str, Any]:
-    data = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    # As compose reads it with none of the variables set: ${NAME:-default} becomes the default.
+    text = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", (DOCKER / "compose.yaml").read_text())
+    data = yaml.safe_load(text)
     assert isinstance(data, dict)
     return data
 
@@ -79,27 +71,40 @@ def published_port(port: Any) -> int | None:
 # -- the image --------------------------------------------------------------------------------------
 
 
-def test_image_is_debian_slim_and_copies_the_shared_sshd_config() -> None:
+def test_dockerfile_builds_with_the_classic_builder_of_docker_20_10() -> None:
+    text = DOCKERFILE.read_text()
+    assert not re.search(r"^#\s*syntax=", text, re.M), "a syntax= line makes the engine fetch a frontend"
+    assert "<<" not in text, "heredocs need BuildKit"
+    for word, args in dockerfile_instructions():
+        assert word in {"ARG", "FROM", "COPY", "RUN", "ENV", "EXPOSE", "ENTRYPOINT", "CMD"}, word
+        assert "--chmod" not in args and "--mount" not in args, (word, args)
+
+
+def test_image_is_debian_slim_and_installs_the_shared_sshd_config() -> None:
     steps = dockerfile_instructions()
-    assert ("FROM", "debian:bookworm-slim") in steps
+    assert ("ARG", "BASE=debian:bookworm-slim") in steps
+    assert ("FROM", "${BASE}") in steps
     copies = [args.split() for word, args in steps if word == "COPY"]
-    assert [SHARED, "/etc/ssh/sshd_config"] in copies, copies
-    assert (ROOT / SHARED).is_file()
-    installed = " ".join(args for word, args in steps if word == "RUN" and "apt-get install" in args)
-    for package in ("openssh-server", "bash", "coreutils", "procps"):
-        assert re.search(rf"\b{package}\b", installed), f"{package} is not installed"
+    assert copies == [["setup.sh", "entrypoint.sh", "sshd_config", "/usr/local/lib/remote-bash/"]]
+    for name in copies[0][:-1]:
+        assert (DATA / name).is_file(), name
+    setup = (DATA / "setup.sh").read_text()
+    assert 'cp "$here/sshd_config" /etc/ssh/sshd_config' in setup
+    assert "apt-get install -y --no-install-recommends openssh-server bash procps" in setup
+    for other in ("apk add", "dnf install"):
+        assert other in setup  # --image with a base that lacks sshd
 
 
 def test_image_changes_no_shared_setting_and_allows_no_password_or_root() -> None:
-    steps = dockerfile_instructions()
-    runs = " ".join(args for word, args in steps if word == "RUN")
-    # The shared file is used as is: nothing edits it after the COPY.
-    assert "sshd_config" not in runs
-    entry = heredoc("/usr/local/bin/rb-entrypoint")
+    setup = (DATA / "setup.sh").read_text()
+    entry = (DATA / "entrypoint.sh").read_text()
+    # The shared file is used as is: nothing edits it after the copy.
+    assert "sed" not in setup.split("cp \"$here/sshd_config\"")[1]
     flags = re.findall(r'-o "?(\w+)=', entry)
     assert flags
     assert set(flags) <= set(PER_RUN), flags
-    assert "exec /usr/sbin/sshd -D -e" in entry
+    clean = re.search(r'exec env -i PATH=\S+ LANG=C.UTF-8 \\\n\s+"\$sshd" -D -e', entry)
+    assert clean, "sshd's environment is not clean"
     shared = shared_sshd_config()
     for line in ("PasswordAuthentication no", "PermitRootLogin no", "KbdInteractiveAuthentication no",
                  "PermitEmptyPasswords no", "PubkeyAuthentication yes"):
@@ -109,20 +114,20 @@ def test_image_changes_no_shared_setting_and_allows_no_password_or_root() -> Non
     assert int(starts.group(1).split(":")[0]) > 10  # sshd's default is 10
     assert sessions
     assert int(sessions.group(1)) > 10
-    # A non-root user with no usable password, and the key from a build arg or the run time.
-    assert re.search(r"useradd .*\"\$USER_NAME\"", runs)
-    assert "usermod --password '*'" in runs
-    assert ("ARG", "AUTHORIZED_KEY=\"\"") in steps
+    # A non-root user with no usable password, keys only at run time, host keys per container.
+    assert 'useradd --create-home --shell "$bash_path" "$user"' in setup
+    assert "usermod --password '*'" in setup
+    assert "rm -f /etc/ssh/ssh_host_*" in setup
     assert "AUTHORIZED_KEYS" in entry
     assert "/run/authorized_keys" in entry
-    assert "ssh-keygen -A" in runs
+    assert "ssh-keygen -q -t ed25519" in entry
 
 
-def test_entrypoint_is_valid_sh(tmp_path: Path) -> None:
-    script = tmp_path / "rb-entrypoint"
-    script.write_text(heredoc("/usr/local/bin/rb-entrypoint") + "\n")
-    assert script.read_text().startswith("#!/bin/sh\n")
-    checked = subprocess.run(["sh", "-n", str(script)], capture_output=True, text=True, check=False)
+@pytest.mark.parametrize("script", ["setup.sh", "entrypoint.sh"])
+def test_build_scripts_are_valid_sh(script: str) -> None:
+    path = DATA / script
+    assert path.read_text().startswith("#!/bin/sh\n")
+    checked = subprocess.run(["sh", "-n", str(path)], capture_output=True, text=True, check=False)
     assert checked.returncode == 0, checked.stderr
 
 
@@ -189,12 +194,14 @@ def test_compose_publishes_only_on_loopback() -> None:
     assert published >= 2
 
 
-def test_compose_builds_the_image_from_the_repository_root() -> None:
-    for name, service in compose()["services"].items():
+def test_compose_builds_the_sandbox_image_from_the_package() -> None:
+    data = compose()
+    assert "name" not in data, "docker-compose 1.29 (Debian) rejects a top-level name"
+    for name, service in data["services"].items():
         build = service["build"]
-        context = (DOCKER / build["context"]).resolve()
-        assert context == ROOT, name
-        assert (context / build["dockerfile"]).resolve() == DOCKER / "Dockerfile"
+        assert (DOCKER / build["context"]).resolve() == DATA, name
+        assert "dockerfile" not in build
+        assert service["init"] is True
         assert service.get("networks"), f"{name} is on no private network"
 
 

@@ -1,41 +1,251 @@
-"""The throwaway host: OpenSSH's sshd when installed, asyncssh's own server otherwise."""
+"""The built-in sandbox host: backends, isolation from the operator, lifecycle at the command line.
+
+The isolation checks run from inside the sandbox, through the CLI exactly as the README's first
+command runs it, for every backend this machine can run (the container one when an engine answers).
+"""
 
 from __future__ import annotations
 
 import getpass
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from remote_bash import ConfigError, Host, RemoteBashSession, sandbox
-from remote_bash.sandbox import generate_keypair, start_sshd
+from remote_bash import ConfigError, Host, RemoteBashSession
+from remote_bash.sandbox import _sshd, choose_backend, find_engine, find_sshd, generate_keypair, start_sshd
+from remote_bash.sandbox._local import local_refusal
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "remote_bash.cli"]
+SECRET = f"sk-ant-api03-{uuid.uuid4().hex}"
+IS_ROOT = os.geteuid() == 0
+ENGINE = find_engine()
 
 
-@pytest.mark.parametrize("backend", ["openssh", "asyncssh"])
-async def test_sandbox_serves_a_persistent_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   backend: str) -> None:
-    if backend == "asyncssh":
-        monkeypatch.setattr(sandbox, "find_sshd", lambda: None)
+def cli(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL, cwd=ROOT)
+
+
+def backends() -> list[object]:
+    """Every isolating backend, skipped (with the reason) where this machine cannot run it."""
+    return [
+        pytest.param("local", marks=pytest.mark.skipif(not IS_ROOT or find_sshd() is None,
+                                                       reason="the local backend needs root and OpenSSH's sshd")),
+        pytest.param("container", marks=[pytest.mark.docker, pytest.mark.skipif(
+            ENGINE is None, reason="no container engine answers (install docker.io or podman, start it, "
+                                   "then: python3 -m pytest -m docker)")]),
+    ]
+
+
+@pytest.fixture
+def operator(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """An operator's environment: an API key, a home with SSH keys, audit logs and a transcript."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text(f"PRIVATE KEY {SECRET}\n")
+    state = home / ".local" / "state"
+    (state / "remote-bash" / "transcripts").mkdir(parents=True)
+    (state / "remote-bash" / "transcripts" / "t.jsonl").write_text(f'{{"secret": "{SECRET}"}}\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "REMOTE_BASH_", "XDG_"))}
+    env.update(HOME=str(home), XDG_STATE_HOME=str(state), ANTHROPIC_API_KEY=SECRET,
+               PYTHON_KEYRING_BACKEND="keyrings.alt.file.PlaintextKeyring")
+    yield env
+    cli(env, "sandbox", "stop")
+
+
+# -- the sshd every backend but the container runs ----------------------------------------------------
+
+
+@pytest.mark.parametrize("server", ["openssh", "asyncssh"])
+async def test_sshd_serves_a_persistent_session_with_a_clean_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: str) -> None:
+    if server == "asyncssh":
+        monkeypatch.setattr(_sshd, "find_sshd", lambda: None)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
     key = generate_keypair(tmp_path / "client")
     user = getpass.getuser()
-    server = start_sshd(tmp_path / "srv", users=[user], authorized_keys=[key.with_suffix(".pub").read_text()])
+    sshd = start_sshd(tmp_path / "srv", users=[user], authorized_keys=[key.with_suffix(".pub").read_text()])
     try:
+        assert SECRET.encode() not in Path(f"/proc/{sshd.pid}/environ").read_bytes()
         known = tmp_path / "known_hosts"
-        known.write_text(server.known_hosts_line + "\n")
-        host = Host(name="sandbox", hostname="127.0.0.1", port=server.port, user=user, identity_file=key,
+        known.write_text(sshd.known_hosts_line + "\n")
+        host = Host(name="sandbox", hostname="127.0.0.1", port=sshd.port, user=user, identity_file=key,
                     known_hosts=known, credential="key")
         async with RemoteBashSession(host, kill_grace=0.3) as s:
             assert (await s.run("cd /tmp; echo hi")).output == "hi\n"
             assert (await s.run("pwd")).output == "/tmp\n"
+            assert "ANTHROPIC" not in (await s.run("env")).output
             r = await s.run("sleep 100", timeout=1)
             assert r.timed_out and r.kill is not None and r.kill.survivors == 0
             r = await s.run("exit 4")
             assert r.shell_lost and r.exit_code == 4
             assert (await s.run("echo back")).output == "back\n"
     finally:
-        server.stop()
+        sshd.stop()
 
 
-def test_sandbox_refuses_non_loopback(tmp_path: Path) -> None:
+def test_sshd_refuses_non_loopback(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="loopback"):
         start_sshd(tmp_path, address="10.1.2.3", users=["x"], authorized_keys=[])
+
+
+# -- choosing a backend ------------------------------------------------------------------------------
+
+
+def test_an_unknown_backend_or_a_missing_engine_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match=r"unknown sandbox backend 'vm'.*container, local, unisolated"):
+        choose_backend("vm", {})
+    monkeypatch.setenv("REMOTE_BASH_ENGINE", "no-such-engine")
+    with pytest.raises(ConfigError, match=r"needs Docker or Podman.*apt-get install docker.io.*--backend local"):
+        choose_backend("container", {})
+    assert choose_backend(None, {}) == ("local", None)  # no engine: local, never unisolated
+    assert choose_backend(None, {"REMOTE_BASH_SANDBOX": "unisolated"}) == ("unisolated", None)
+
+
+def test_without_root_or_sshd_the_local_backend_refuses_and_names_the_ways_out() -> None:
+    as_user = local_refusal(1000, "/usr/sbin/sshd")
+    assert as_user is not None
+    for way_out in ("docker.io", "Podman", "as root", "--backend unisolated"):
+        assert way_out in as_user
+    without_sshd = local_refusal(0, None)
+    assert without_sshd is not None
+    assert "openssh-server" in without_sshd
+    assert local_refusal(0, "/usr/sbin/sshd") is None
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="the throwaway user needs root")
+def test_local_backend_as_root_without_openssh_is_refused(operator: dict[str, str]) -> None:
+    without_sshd = ("import sys; import remote_bash.sandbox._lifecycle as l; l.find_sshd = lambda: None; "
+                    "from remote_bash.cli import main; sys.exit(main(sys.argv[1:]))")
+    out = subprocess.run([sys.executable, "-c", without_sshd, "exec", "--backend", "local", "--", "id"],
+                         env=operator, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, cwd=ROOT)
+    assert out.returncode == 125
+    assert "openssh-server" in out.stderr
+
+
+def test_unisolated_is_the_operator_and_only_when_named(operator: dict[str, str]) -> None:
+    out = cli(operator, "exec", "--backend", "unisolated", "--", "whoami")
+    assert (out.returncode, out.stdout) == (0, f"{getpass.getuser()}\n"), out.stderr
+
+
+def test_unisolated_without_openssh_uses_the_asyncssh_server(operator: dict[str, str]) -> None:
+    without_sshd = ("import sys, remote_bash.sandbox._sshd as s; s.find_sshd = lambda: None; "
+                    "from remote_bash.cli import main; sys.exit(main(sys.argv[1:]))")
+    out = subprocess.run([sys.executable, "-c", without_sshd, "exec", "--backend", "unisolated", "--",
+                          "echo hi; exit 4"], env=operator, capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL, cwd=ROOT)
+    assert (out.returncode, out.stdout) == (4, "hi\n"), out.stderr
+
+
+# -- isolation, checked from inside the sandbox -------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", backends())
+def test_a_sandboxed_command_cannot_read_the_operators_secrets(operator: dict[str, str], backend: str) -> None:
+    home = operator["HOME"]
+    audit = Path(operator["XDG_STATE_HOME"]) / "remote-bash" / "audit"
+    probe = f"""
+        whoami
+        env | grep -c '{SECRET}' || true
+        cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c '{SECRET}' || true
+        for p in '{home}' '{home}/.ssh/id_ed25519' '{home}/.local/state/remote-bash/transcripts/t.jsonl' \
+                 '{audit}' /root/.ssh; do
+            if cat "$p" >/dev/null 2>&1 || ls "$p" >/dev/null 2>&1; then echo "READABLE $p"; fi
+        done
+        grep -rl '{SECRET}' /tmp /home /var/tmp 2>/dev/null | head -3
+    """
+    env = {**operator, "REMOTE_BASH_SANDBOX": backend}
+    first = cli(env, "exec", "--", "echo first")  # makes the audit log exist before the probe
+    assert first.returncode == 0, first.stderr
+    assert audit.is_dir()
+    out = cli(env, "exec", "--", probe)
+    assert out.returncode == 0, out.stderr
+    user, in_env, in_proc, *rest = out.stdout.splitlines()
+    assert user not in (getpass.getuser(), "root")
+    assert (in_env, in_proc) == ("0", "0")
+    assert rest == [], rest
+    # And nothing of the sandbox is left: no container, no throwaway user.
+    assert cli(env, "sandbox", "status").returncode == 3
+    assert user not in Path("/etc/passwd").read_text()
+
+
+@pytest.mark.skipif(not IS_ROOT or find_sshd() is None, reason="the local backend needs root and sshd")
+def test_local_backend_refuses_when_the_operators_home_is_open_to_others(operator: dict[str, str],
+                                                                         tmp_path: Path) -> None:
+    import tempfile
+
+    open_home = Path(tempfile.mkdtemp(prefix="rb-open-home-"))
+    try:
+        open_home.chmod(0o755)
+        env = {**operator, "HOME": str(open_home)}
+        out = cli(env, "exec", "--backend", "local", "--", "id")
+        assert out.returncode == 125
+        assert f"the sandbox user could read {open_home}" in out.stderr
+        assert "chmod 700" in out.stderr
+        assert "rb-sandbox-" not in Path("/etc/passwd").read_text()
+    finally:
+        open_home.rmdir()
+
+
+# -- lifecycle at the command line ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", backends())
+def test_sandbox_start_status_exec_stop(operator: dict[str, str], backend: str, tmp_path: Path) -> None:
+    env = operator
+    started = cli(env, "sandbox", "start", "--backend", backend)
+    assert started.returncode == 0, started.stderr
+    assert f"backend {backend}" in started.stdout
+    status = cli(env, "sandbox", "status", "--json")
+    assert status.returncode == 0
+    state = json.loads(status.stdout)
+    assert (state["running"], state["backend"], state["address"]) == (True, backend, "127.0.0.1")
+    state_dir = Path(env["XDG_STATE_HOME"]) / "remote-bash" / "sandbox"
+    assert Path(state["known_hosts"]).parent == state_dir
+    assert (state_dir.stat().st_mode & 0o777) == 0o700
+    readable = cli(env, "sandbox", "status")
+    assert f"backend {backend}" in readable.stdout
+
+    out = cli(env, "exec", "--", "echo hi; whoami")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["hi", state["user"]]
+    # The inventory snippet reaches the same sandbox while it runs.
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text(state["inventory"])
+    via = cli(env, "--inventory", str(inventory), "exec", "sandbox", "--", "cat /tmp/marker 2>/dev/null; "
+              "echo kept > /tmp/marker; whoami")
+    assert via.returncode == 0, via.stderr
+    assert via.stdout.splitlines()[-1] == state["user"]
+    again = cli(env, "exec", "--", "cat /tmp/marker")
+    assert again.stdout == "kept\n"  # the same host: the running sandbox was reused
+
+    stopped = cli(env, "sandbox", "stop")
+    assert stopped.returncode == 0
+    assert cli(env, "sandbox", "status").returncode == 3
+    if backend == "container":
+        assert ENGINE is not None
+        gone = subprocess.run([ENGINE.command, "inspect", state["container"]], capture_output=True, check=False)
+        assert gone.returncode != 0
+    else:
+        assert state["user"] not in Path("/etc/passwd").read_text()
+        assert not Path(state["workdir"]).exists()
+        assert gone_within(lambda: not Path(f"/proc/{state['pid']}/cmdline").exists()
+                           or not Path(f"/proc/{state['pid']}/cmdline").read_bytes(), 10), "sshd still runs"
+
+
+def gone_within(check: Callable[[], bool], seconds: float) -> bool:
+    """Poll ``check`` until it holds or ``seconds`` pass."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if check():
+            return True
+        time.sleep(0.05)
+    return check()
