@@ -1,7 +1,7 @@
 """A pytest plugin with a throwaway SSH host for your own tests.
 
 Enable it in a ``conftest.py`` (``pytest_plugins = ["remote_bash.testing"]``) or on the command
-line (``pytest -p remote_bash.testing``). It gives two fixtures:
+line (``pytest -p remote_bash.testing``); it needs pytest and pytest-asyncio. It gives two fixtures:
 
 - ``remote_host`` (one per test session): a :class:`~remote_bash.models.Host` for a sandbox that
   runs in a container when Docker or Podman answers; without one, an sshd on 127.0.0.1 for a
@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 from remote_bash.models import Host
 from remote_bash.sandbox import find_engine, sandbox_for_command
@@ -57,7 +58,7 @@ def remote_host(request: pytest.FixtureRequest) -> Iterator[Host]:
             yield host
 
 
-@pytest.fixture
+@pytest_asyncio.fixture  # not pytest.fixture: pytest-asyncio's strict mode skips those when async
 async def remote_session(remote_host: Host) -> AsyncIterator[RemoteBashSession]:
     """An open session on ``remote_host``: a fresh persistent bash for each test."""
     async with RemoteBashSession(remote_host) as session:

@@ -14,7 +14,7 @@ from .messages_server import MessagesServer
 from .sshd import TestHosts, make_test_hosts
 
 # The fixtures users get for their own tests (remote_host, remote_session), proven here daily.
-pytest_plugins = ["remote_bash.testing"]
+pytest_plugins = ["remote_bash.testing", "pytester"]
 
 
 @pytest.fixture(scope="session")

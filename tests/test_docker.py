@@ -132,8 +132,8 @@ def test_image_is_tagged_with_the_package_version_and_runs_sshd_as_a_non_root_us
     assert image.startswith(f"remote-bash-sandbox:{__version__}-")
     assert ENGINE is not None
     assert ENGINE.image_exists(image)
-    probe = ENGINE.run("run", "--rm", "--entrypoint", "sh", image, "-c",
-                       "id -u agent; for c in sshd bash ps; do command -v $c; done; ls /etc/ssh/ssh_host_* 2>/dev/null | wc -l")
+    script = "id -u agent; for c in sshd bash ps; do command -v $c; done; ls /etc/ssh/ssh_host_* 2>/dev/null | wc -l"
+    probe = ENGINE.run("run", "--rm", "--entrypoint", "sh", image, "-c", script)
     uid, sshd, bash, ps, host_keys = probe.stdout.split()
     assert int(uid) > 0
     assert sshd.endswith("sshd") and bash.endswith("bash") and ps.endswith("ps")

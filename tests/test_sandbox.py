@@ -249,3 +249,46 @@ def gone_within(check: Callable[[], bool], seconds: float) -> bool:
             return True
         time.sleep(0.05)
     return check()
+
+
+# -- the pytest plugin users enable (remote_bash.testing) --------------------------------------------------
+
+
+async def test_remote_session_fixture_is_a_throwaway_host(remote_host: Host,
+                                                         remote_session: RemoteBashSession) -> None:
+    from remote_bash.testing import default_backend
+
+    assert remote_host.labels == {"sandbox": default_backend()}
+    r = await remote_session.run("cd /tmp && X=1; echo $X; whoami")
+    user = r.output.split()[1]
+    assert r.output.split()[0] == "1"
+    assert user != "root" and user == remote_host.user
+    assert (await remote_session.run("pwd")).output == "/tmp\n"
+
+
+DEPLOY_TEST = '''
+from pathlib import Path
+
+import pytest
+
+@pytest.mark.asyncio
+async def test_deploy_script_installs_the_app(remote_session):
+    script = Path(__file__).with_name("deploy.sh").read_text()
+    result = await remote_session.run(script, timeout=120)
+    assert result.exit_code == 0, result.output
+    assert (await remote_session.run("cat ~/app/VERSION")).output == "1.2.3\\n"
+
+@pytest.mark.asyncio
+async def test_each_test_gets_a_fresh_shell_on_the_same_host(remote_session, remote_host):
+    assert (await remote_session.run("echo ${DEPLOYED:-unset}; cat ~/app/VERSION")).output == "unset\\n1.2.3\\n"
+'''
+
+
+def test_users_enable_the_plugin_and_test_their_deploy_script(pytester: pytest.Pytester,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's example, run as a user runs it: a deploy script tested on the throwaway host."""
+    pytester.makefile(".sh", deploy="set -e\nmkdir -p ~/app\necho 1.2.3 > ~/app/VERSION\nexport DEPLOYED=yes\n")
+    pytester.makepyfile(test_deploy=DEPLOY_TEST)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    result = pytester.runpytest_subprocess("-p", "remote_bash.testing", "-p", "no:cacheprovider", timeout=300)
+    result.assert_outcomes(passed=2)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from remote_bash.errors import ConfigError
 
-__all__ = ["ENGINES", "Engine", "find_engine"]
+__all__ = ["ENGINES", "Engine", "engine_named", "find_engine"]
 
 ENGINES = ("docker", "podman")
 PROBE_TIMEOUT = 10.0
@@ -106,6 +106,12 @@ def _client_environment() -> dict[str, str]:
     keep = ("PATH", "HOME", "DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_CERT_PATH",
             "DOCKER_TLS_VERIFY", "CONTAINER_HOST", "CONTAINERS_CONF", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME")
     return {k: v for k, v in os.environ.items() if k in keep}
+
+
+def engine_named(name: str) -> Engine | None:
+    """The client of engine ``name`` without asking the engine anything (for a container known to run)."""
+    command = shutil.which(name) if name in ENGINES else None
+    return Engine(name=name, command=command, version="") if command else None
 
 
 def find_engine(preferred: str | None = None) -> Engine | None:

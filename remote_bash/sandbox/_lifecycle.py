@@ -31,7 +31,7 @@ from remote_bash.errors import ConfigError
 from remote_bash.models import Host
 
 from ._container import ensure_image, start_container
-from ._engine import Engine, find_engine
+from ._engine import Engine, engine_named, find_engine
 from ._local import create_user, exposed_paths, local_refusal, remove_user, start_local_sshd
 from ._sshd import find_sshd, generate_keypair, start_sshd
 
@@ -161,9 +161,9 @@ def _launch(backend: Backend, engine: Engine | None, key: Path, known_hosts: Pat
 def _shutdown(info: SandboxInfo) -> None:
     """Stop a sandbox and remove what it made: container, sshd, throwaway user, files."""
     if info.container:
-        engine = find_engine(info.engine)
+        engine = engine_named(info.engine)
         if engine is None:
-            raise ConfigError(f"cannot remove sandbox container {info.container[:12]}: {info.engine} does not answer")
+            raise ConfigError(f"cannot remove sandbox container {info.container[:12]}: {info.engine} is not installed")
         engine.remove(info.container)
     if info.pid:
         _stop_pid(info.pid)
@@ -203,7 +203,7 @@ def running(env: Mapping[str, str]) -> SandboxInfo | None:
     except (OSError, ValueError, TypeError):
         return None
     if info.container:
-        engine = find_engine(info.engine)
+        engine = engine_named(info.engine)  # asking the container is enough: no separate engine probe
         return info if engine is not None and engine.running(info.container) else None
     return info if _is_sshd(info.pid) else None
 
