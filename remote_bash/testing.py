@@ -5,8 +5,9 @@ line (``pytest -p remote_bash.testing``); it needs pytest and pytest-asyncio. It
 
 - ``remote_host`` (one per test session): a :class:`~remote_bash.models.Host` for a sandbox that
   runs in a container when Docker or Podman answers; without one, an sshd on 127.0.0.1 for a
-  throwaway unprivileged user when the tests run as root, else for the (unprivileged) user running
-  them. ``--remote-bash-backend`` or ``$REMOTE_BASH_SANDBOX`` names the backend instead.
+  throwaway unprivileged user when the tests run as root, in bubblewrap when it is installed, else
+  for the (unprivileged) user running them. ``--remote-bash-backend`` or ``$REMOTE_BASH_SANDBOX``
+  names the backend instead.
 - ``remote_session``: an open :class:`~remote_bash.session.RemoteBashSession` on it, a fresh
   shell for each test.
 
@@ -17,6 +18,7 @@ with the host at the end of the session. The plugin never touches the operator's
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -38,13 +40,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def default_backend() -> str:
-    """container when an engine answers; else a throwaway user (root) or the unprivileged user running pytest."""
+    """container when an engine answers; else local (a throwaway user as root, bubblewrap otherwise); else
+    the unprivileged user running pytest."""
     named = os.environ.get("REMOTE_BASH_SANDBOX")
     if named:
         return named
     if find_engine() is not None:
         return "container"
-    return "local" if os.geteuid() == 0 else "unisolated"
+    # Without root or bubblewrap the local backend refuses; a test run by an unprivileged user may
+    # then use that user's own account: it is already unprivileged.
+    return "local" if os.geteuid() == 0 or shutil.which("bwrap") else "unisolated"
 
 
 @pytest.fixture(scope="session")

@@ -6,9 +6,11 @@ command runs it, for every backend this machine can run (the container one when 
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -111,14 +113,15 @@ def test_an_unknown_backend_or_a_missing_engine_is_a_clear_error(monkeypatch: py
 
 
 def test_without_root_or_sshd_the_local_backend_refuses_and_names_the_ways_out() -> None:
-    as_user = local_refusal(1000, "/usr/sbin/sshd")
+    as_user = local_refusal(1000, "/usr/sbin/sshd", None)
     assert as_user is not None
-    for way_out in ("docker.io", "Podman", "as root", "--backend unisolated"):
+    for way_out in ("docker.io", "Podman", "bubblewrap", "as root", "--backend unisolated"):
         assert way_out in as_user
-    without_sshd = local_refusal(0, None)
+    without_sshd = local_refusal(0, None, None)
     assert without_sshd is not None
     assert "openssh-server" in without_sshd
-    assert local_refusal(0, "/usr/sbin/sshd") is None
+    assert local_refusal(0, "/usr/sbin/sshd", None) is None
+    assert local_refusal(1000, "/usr/sbin/sshd", "/usr/bin/bwrap") is None
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="the throwaway user needs root")
@@ -292,3 +295,69 @@ def test_users_enable_the_plugin_and_test_their_deploy_script(pytester: pytest.P
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     result = pytester.runpytest_subprocess("-p", "remote_bash.testing", "-p", "no:cacheprovider", timeout=300)
     result.assert_outcomes(passed=2)
+
+
+# -- the local backend of a non-root operator: sshd inside bubblewrap -----------------------------------
+
+
+BWRAP = shutil.which("bwrap")
+
+
+@pytest.mark.skipif(not IS_ROOT or BWRAP is None or find_sshd() is None or shutil.which("setpriv") is None,
+                    reason="needs root (to act as the unprivileged test user), bubblewrap, sshd and setpriv")
+async def test_bubblewrap_hides_the_operators_files_processes_and_environment(tmp_path: Path) -> None:
+    """What a non-root operator gets from the local backend, run here as the unprivileged ``rbtest``:
+    sshd in bubblewrap as the operator's own uid, yet nothing of the operator's in reach."""
+    import pwd
+    import tempfile
+
+    from remote_bash.sandbox._local import bwrap_wrapper
+
+    from .sshd import ensure_test_user
+
+    assert BWRAP is not None
+    account = pwd.getpwnam(ensure_test_user())
+    as_operator = ["setpriv", f"--reuid={account.pw_uid}", f"--regid={account.pw_gid}", "--clear-groups", "--"]
+
+    def owned(path: Path, mode: int) -> Path:
+        os.chown(path, account.pw_uid, account.pw_gid)
+        path.chmod(mode)
+        return path
+
+    home = owned(Path(tempfile.mkdtemp(prefix="rb-operator-home-")), 0o700)
+    (home / "id_ed25519").write_text(SECRET)
+    secret_file = owned(home / "id_ed25519", 0o600)
+    visible_tmp = owned(Path(tempfile.mkdtemp(prefix="rb-operator-tmp-")), 0o700)
+    workdir = owned(Path(tempfile.mkdtemp(prefix="rb-bwrap-sshd-")), 0o711)
+    host_key = generate_keypair(workdir / "host_key")
+    owned(host_key, 0o600)
+    client = generate_keypair(tmp_path / "client")
+    # An operator's process holding the API key in its environment, as the CLI would.
+    holder = await asyncio.create_subprocess_exec(*as_operator, "sleep", "120",
+                                                  env={"ANTHROPIC_API_KEY": SECRET, "PATH": "/usr/bin:/bin"})
+    sshd = None
+    try:
+        sshd = start_sshd(workdir, users=[account.pw_name], authorized_keys=[client.with_suffix(".pub").read_text()],
+                          host_key=host_key, wrapper=[*as_operator, *bwrap_wrapper(BWRAP, [home], workdir)])
+        known = tmp_path / "known_hosts"
+        known.write_text(sshd.known_hosts_line + "\n")
+        host = Host(name="sandbox", hostname="127.0.0.1", port=sshd.port, user=account.pw_name, identity_file=client,
+                    known_hosts=known, credential="key")
+        async with RemoteBashSession(host) as s:
+            r = await s.run(f"""
+                id -u
+                cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c '{SECRET}' || true
+                ls /proc | grep -c '^{holder.pid}$' || true
+                ls -A '{home}' | wc -l
+                cat '{secret_file}' 2>&1 | grep -c '{SECRET}' || true
+                ls '{visible_tmp}' >/dev/null 2>&1 && echo tmp-visible || echo tmp-hidden
+                env | grep -c '{SECRET}' || true
+            """)
+            assert r.output.split() == [str(account.pw_uid), "0", "0", "0", "0", "tmp-hidden", "0"], r.output
+    finally:
+        if sshd is not None:
+            sshd.stop()
+        holder.kill()
+        await asyncio.wait_for(holder.wait(), 10)
+        for path in (home, visible_tmp, workdir):
+            shutil.rmtree(path, ignore_errors=True)

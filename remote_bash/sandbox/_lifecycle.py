@@ -63,6 +63,8 @@ class SandboxInfo:
     engine: str = ""
     container: str = ""
     image: str = ""
+    isolation: str = ""
+    """How the local backend isolates: a throwaway user, or bubblewrap (as a non-root operator)."""
 
     def host(self) -> Host:
         return Host(name=SANDBOX, hostname=self.address, port=self.port, user=self.user,
@@ -78,8 +80,10 @@ class SandboxInfo:
     def where(self) -> str:
         if self.backend == "container":
             return f"{self.engine} container {self.container[:12]} ({self.image})"
-        if self.backend == "local":
+        if self.backend == "local" and self.throwaway_user:
             return f"sshd pid {self.pid}, throwaway user {self.throwaway_user}"
+        if self.backend == "local":
+            return f"sshd pid {self.pid} in a bubblewrap namespace, your home and state hidden"
         return f"sshd pid {self.pid}, your own account (unisolated)"
 
 
@@ -139,9 +143,19 @@ def _launch(backend: Backend, engine: Engine | None, key: Path, known_hosts: Pat
         return SandboxInfo(backend=backend, address=server.address, port=server.port, user=me,
                            identity_file=str(key), known_hosts=str(known_hosts), pid=server.pid,
                            workdir=str(workdir))
-    refusal = local_refusal(os.geteuid(), find_sshd())
+    bwrap = shutil.which("bwrap")
+    refusal = local_refusal(os.geteuid(), find_sshd(), bwrap)
     if refusal is not None:
         raise ConfigError(refusal)
+    if os.geteuid() != 0:
+        assert bwrap is not None
+        account = pwd.getpwuid(os.getuid())
+        hidden = [*private_paths, Path(account.pw_dir)]
+        server = start_local_sshd(account.pw_name, public, bwrap=bwrap, hidden=hidden)
+        known_hosts.write_text(server.known_hosts_line + "\n")
+        return SandboxInfo(backend=backend, address=server.address, port=server.port, user=account.pw_name,
+                           identity_file=str(key), known_hosts=str(known_hosts), pid=server.pid,
+                           workdir=str(server.workdir), isolation="bubblewrap")
     user = create_user()
     try:
         exposed = exposed_paths(user, private_paths)
@@ -155,7 +169,7 @@ def _launch(backend: Backend, engine: Engine | None, key: Path, known_hosts: Pat
     _write(known_hosts, server.known_hosts_line + "\n")
     return SandboxInfo(backend=backend, address=server.address, port=server.port, user=user,
                        identity_file=str(key), known_hosts=str(known_hosts), pid=server.pid,
-                       workdir=str(server.workdir), throwaway_user=user)
+                       workdir=str(server.workdir), throwaway_user=user, isolation="throwaway user")
 
 
 def _shutdown(info: SandboxInfo) -> None:

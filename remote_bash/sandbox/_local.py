@@ -1,10 +1,12 @@
-"""The local sandbox backend: OpenSSH's sshd on 127.0.0.1 for a throwaway unprivileged user.
+"""The local sandbox backend: OpenSSH's sshd on 127.0.0.1, isolated with what the machine offers.
 
 Run as root, it creates a user that exists only while the sandbox runs (no password, a home of its
 own, removed with everything it started on stop) and checks, as that user, that the operator's
-home, audit logs and state are out of its reach before a command is served. It never serves the
-operator's own account: that is the explicit ``unisolated`` backend, which this module does not
-choose for anyone.
+home, audit logs and state are out of its reach before a command is served. Run as anyone else, it
+runs sshd inside a bubblewrap namespace: a process tree of its own, an empty environment, the
+file system read-only, and empty directories over the operator's home, audit logs, state, /tmp
+and /run (where agent and engine sockets live). Without either it refuses. The operator's own
+account with its environment is the explicit ``unisolated`` backend, which this module never picks.
 """
 
 from __future__ import annotations
@@ -25,22 +27,42 @@ from remote_bash.errors import ConfigError
 
 from ._sshd import SshdServer, clean_environment, find_sshd, start_sshd
 
-__all__ = ["USER_PREFIX", "create_user", "exposed_paths", "local_refusal", "remove_user", "start_local_sshd"]
+__all__ = ["USER_PREFIX", "bwrap_wrapper", "create_user", "exposed_paths", "local_refusal", "remove_user",
+           "start_local_sshd"]
 
 USER_PREFIX = "rb-sandbox-"
 ENGINE_HINT = ("install Docker or Podman (Debian: apt-get install docker.io) and the sandbox runs in a container")
 
 
-def local_refusal(euid: int, sshd: str | None) -> str | None:
+def local_refusal(euid: int, sshd: str | None, bwrap: str | None) -> str | None:
     """Why the local backend cannot isolate on this machine, with the ways out; None when it can."""
-    if euid != 0:
-        return ("the local sandbox isolates Claude's commands from your account by running them as a throwaway "
-                f"user, which needs root; {ENGINE_HINT}, run remote-bash as root, or accept that the commands "
-                "run as you, with your files, keys and environment: --backend unisolated")
+    if euid != 0 and bwrap is None:
+        return ("the local sandbox isolates Claude's commands from your account with a throwaway user (which "
+                "needs root) or bubblewrap (not installed); "
+                f"{ENGINE_HINT}, install bubblewrap (apt-get install bubblewrap), run remote-bash as root, "
+                "or accept that the commands run as you, with your files, keys and environment: "
+                "--backend unisolated")
     if sshd is None:
-        return ("the local sandbox needs OpenSSH's sshd to log in as a throwaway user: apt-get install "
-                f"openssh-server, or {ENGINE_HINT}")
+        return (f"the local sandbox needs OpenSSH's sshd: apt-get install openssh-server, or {ENGINE_HINT}")
     return None
+
+
+def bwrap_wrapper(bwrap: str, hidden: Iterable[Path], workdir: Path) -> list[str]:
+    """bubblewrap's command line for sshd: own pid namespace, clean environment, ``hidden`` emptied."""
+    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            # Empty inside the namespace: the operator's sockets and files there stay out of reach.
+            "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/run",  # noqa: S108
+            "--unshare-pid", "--unshare-ipc", "--new-session", "--die-with-parent"]
+    for path in dict.fromkeys(p.resolve() for p in hidden):
+        if path.is_dir():
+            argv += ["--tmpfs", str(path)]
+        elif path.exists():
+            argv += ["--ro-bind", "/dev/null", str(path)]
+    # sshd's own files, bound last so that a hidden directory above them does not hide them.
+    argv += ["--bind", str(workdir), str(workdir), "--clearenv"]
+    for key, value in clean_environment().items():
+        argv += ["--setenv", key, value]
+    return [*argv, "--"]
 
 
 def create_user() -> str:
@@ -107,18 +129,21 @@ def exposed_paths(user: str, paths: Iterable[Path]) -> list[Path]:
     return [Path(line) for line in done.stdout.splitlines() if line]
 
 
-def start_local_sshd(user: str, public_key: str) -> SshdServer:
-    """sshd on 127.0.0.1 letting only ``user`` in; its files live in a private directory of /tmp.
+def start_local_sshd(user: str, public_key: str, *, bwrap: str | None = None,
+                     hidden: Iterable[Path] = (), workdir: Path | None = None) -> SshdServer:
+    """sshd on 127.0.0.1 letting only ``user`` in, inside bubblewrap when ``bwrap`` is given.
 
-    sshd reads authorized_keys as the user logging in, so the directory is enterable (not
-    listable) by others; the host's private key in it stays root's alone.
+    Its files live in a private directory of /tmp: sshd reads authorized_keys as the user logging
+    in, so the directory is enterable (not listable) by others; the host's private key in it stays
+    its owner's alone.
     """
     if find_sshd() is None:
-        raise ConfigError(local_refusal(0, None) or "sshd is not installed")
-    workdir = Path(tempfile.mkdtemp(prefix="remote-bash-sandbox-"))
+        raise ConfigError(local_refusal(0, None, bwrap) or "sshd is not installed")
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="remote-bash-sandbox-"))
     workdir.chmod(0o711)
+    wrapper = bwrap_wrapper(bwrap, hidden, workdir) if bwrap else []
     try:
-        return start_sshd(workdir, address="127.0.0.1", users=[user], authorized_keys=[public_key])
+        return start_sshd(workdir, address="127.0.0.1", users=[user], authorized_keys=[public_key], wrapper=wrapper)
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise

@@ -131,6 +131,7 @@ def start_sshd(
     extra_config: Sequence[str] = (),
     host_key: Path | None = None,
     deadline: float = 15.0,
+    wrapper: Sequence[str] = (),
 ) -> SshdServer:
     """Start ``sshd -D -e`` on a loopback address and return once it listens.
 
@@ -139,7 +140,8 @@ def start_sshd(
 
     ``authorized_keys`` are public key lines accepted for every user in ``users``.
     ``host_key`` reuses an existing host key (to restart "the same" host); a new one is made
-    otherwise. Raises ConfigError when sshd is missing or does not come up in time.
+    otherwise. ``wrapper`` is a command sshd runs under (a bubblewrap namespace). Raises ConfigError
+    when sshd is missing or does not come up in time.
     """
     if not ipaddress.ip_address(address).is_loopback:
         raise ConfigError(f"the throwaway sshd only listens on loopback, not {address}")
@@ -168,7 +170,7 @@ def start_sshd(
         config = workdir / f"sshd_config-{chosen}"
         config.write_text("\n".join(lines) + "\n" + shared_sshd_config())
         if sshd is not None:
-            argv = [sshd, "-D", "-e", "-f", str(config)]
+            argv = [*wrapper, sshd, "-D", "-e", "-f", str(config)]
             env = clean_environment()
         else:
             # No OpenSSH: asyncssh's own server, running the user's shell for exec requests. It
