@@ -13,8 +13,9 @@ from remote_bash.session import RemoteBashSession
 from .messages_server import MessagesServer
 from .sshd import TestHosts, make_test_hosts
 
-# The fixtures users get for their own tests (remote_host, remote_session), proven here daily.
-pytest_plugins = ["remote_bash.testing", "pytester"]
+# The fixtures users get for their own tests (remote_host, remote_session), proven here daily;
+# pytester to run a user's test file; the engine and image fixtures of the docker tests.
+pytest_plugins = ["remote_bash.testing", "pytester", "tests.docker_env"]
 
 
 @pytest.fixture(scope="session")

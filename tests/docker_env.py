@@ -13,7 +13,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from remote_bash.sandbox import Engine, find_engine
+from remote_bash.sandbox._container import ensure_image
 
 BASE_IMAGE = "debian:bookworm-slim"
 HOW_TO_RUN = ("no container engine answers: install Docker (Debian: apt-get install docker.io, then start "
@@ -56,3 +59,13 @@ def ensure_base_image(engine: Engine, *, mirror: str = "http://deb.debian.org/de
         if imported.returncode != 0:
             raise RuntimeError(f"docker import failed: {imported.stderr.strip()}")
     return "debootstrapped"
+
+
+@pytest.fixture(scope="session")
+def sandbox_image() -> str:
+    """The sandbox image (the lab's too), built once per machine and kept by its tag."""
+    engine, why = engine_or_reason()
+    if engine is None:
+        pytest.skip(why)
+    ensure_base_image(engine)
+    return ensure_image(engine)

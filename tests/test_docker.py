@@ -25,9 +25,9 @@ from remote_bash import RemoteBashSession, fleet
 from remote_bash.access import open_session
 from remote_bash.inventory import Inventory, load_inventory
 from remote_bash.sandbox import Engine, generate_keypair
-from remote_bash.sandbox._container import ensure_image, image_tag
+from remote_bash.sandbox._container import image_tag
 
-from .docker_env import engine_or_reason, ensure_base_image
+from .docker_env import engine_or_reason
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE, WHY_SKIPPED = engine_or_reason()
@@ -60,11 +60,8 @@ class Lab:
 
 
 @pytest.fixture(scope="session")
-def image() -> str:
-    """The sandbox image (the lab's too), built once per machine and kept by its tag."""
-    assert ENGINE is not None
-    ensure_base_image(ENGINE)
-    return ensure_image(ENGINE)
+def image(sandbox_image: str) -> str:
+    return sandbox_image
 
 
 @pytest.fixture(scope="session")

@@ -48,8 +48,10 @@ def backends() -> list[object]:
 
 
 @pytest.fixture
-def operator(tmp_path: Path) -> Iterator[dict[str, str]]:
+def operator(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
     """An operator's environment: an API key, a home with SSH keys, audit logs and a transcript."""
+    if request.node.name.endswith("[container]"):
+        request.getfixturevalue("sandbox_image")  # the base image too, where no registry answers
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     (home / ".ssh" / "id_ed25519").write_text(f"PRIVATE KEY {SECRET}\n")
