@@ -24,6 +24,9 @@ from remote_bash import ConfigError, Host, RemoteBashSession
 from remote_bash.sandbox import _sshd, choose_backend, find_engine, find_sshd, generate_keypair, start_sshd
 from remote_bash.sandbox._local import local_refusal
 
+from .docker_env import HOW_TO_RUN
+from .messages_server import MessagesServer, Reply, text, tool_use
+
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "remote_bash.cli"]
 SECRET = f"sk-ant-api03-{uuid.uuid4().hex}"
@@ -41,9 +44,7 @@ def backends() -> list[object]:
     return [
         pytest.param("local", marks=pytest.mark.skipif(not IS_ROOT or find_sshd() is None,
                                                        reason="the local backend needs root and OpenSSH's sshd")),
-        pytest.param("container", marks=[pytest.mark.docker, pytest.mark.skipif(
-            ENGINE is None, reason="no container engine answers (install docker.io or podman, start it, "
-                                   "then: python3 -m pytest -m docker)")]),
+        pytest.param("container", marks=[pytest.mark.docker, pytest.mark.skipif(ENGINE is None, reason=HOW_TO_RUN)]),
     ]
 
 
@@ -180,6 +181,28 @@ def test_a_sandboxed_command_cannot_read_the_operators_secrets(operator: dict[st
     # And nothing of the sandbox is left: no container, no throwaway user.
     assert cli(env, "sandbox", "status").returncode == 3
     assert user not in Path("/etc/passwd").read_text()
+
+
+def test_the_readmes_first_command_runs_claudes_commands_in_the_sandbox(operator: dict[str, str]) -> None:
+    """``remote-bash run "..."`` with no inventory, the model played by the scripted endpoint: the
+    commands ran as the sandbox's user, in a container where an engine answers."""
+    expected = "container" if ENGINE is not None else "local"
+    script = [Reply([tool_use({"command": "whoami; cat /proc/1/comm; echo ${ANTHROPIC_API_KEY:-no key}"},
+                              id="toolu_sbx1")]),
+              Reply([text("Done.")])]
+    with MessagesServer(script) as server:
+        out = cli({**operator, "ANTHROPIC_BASE_URL": server.url}, "run",
+                  "Which OS is this machine, and how much disk is free?")
+        result = server.tool_results()[0]
+    assert out.returncode == 0, out.stderr
+    user, init, key = str(result["content"]).split()[:3]
+    assert user not in ("root", getpass.getuser())
+    if expected == "container":
+        assert (user, init) in {("agent", "docker-init"), ("agent", "catatonit")}, (user, init)
+    else:
+        assert user.startswith("rb-sandbox-")
+    assert key == "no"
+    assert SECRET not in out.stdout + str(server.requests)
 
 
 @pytest.mark.skipif(not IS_ROOT or find_sshd() is None, reason="the local backend needs root and sshd")
