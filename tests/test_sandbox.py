@@ -59,7 +59,8 @@ def operator(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[dict[st
     state = home / ".local" / "state"
     (state / "remote-bash" / "transcripts").mkdir(parents=True)
     (state / "remote-bash" / "transcripts" / "t.jsonl").write_text(f'{{"secret": "{SECRET}"}}\n')
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "REMOTE_BASH_", "XDG_"))}
+    env = {k: v for k, v in os.environ.items()
+           if k == "REMOTE_BASH_ENGINE" or not k.startswith(("ANTHROPIC_", "REMOTE_BASH_", "XDG_"))}
     env.update(HOME=str(home), XDG_STATE_HOME=str(state), ANTHROPIC_API_KEY=SECRET,
                PYTHON_KEYRING_BACKEND="keyrings.alt.file.PlaintextKeyring")
     yield env

@@ -33,7 +33,7 @@ from remote_bash.models import Host
 from ._container import ensure_image, start_container
 from ._engine import Engine, engine_named, find_engine
 from ._local import create_user, exposed_paths, local_refusal, remove_user, start_local_sshd
-from ._sshd import find_sshd, generate_keypair, start_sshd
+from ._sshd import SshdServer, find_sshd, generate_keypair, start_sshd
 
 __all__ = ["SANDBOX", "Backend", "SandboxInfo", "choose_backend", "running", "sandbox_dir",
            "sandbox_for_command", "start", "stop"]
@@ -42,6 +42,10 @@ SANDBOX = "sandbox"
 Backend = Literal["container", "local", "unisolated"]
 BACKENDS: tuple[str, ...] = get_args(Backend)
 Progress = Callable[[str], None]
+
+_SERVERS: dict[int, SshdServer] = {}
+"""The sshd this process started and has not stopped yet, by pid: stopped through their handle,
+which also reaps them (a sandbox started by another process is stopped through its pid)."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,7 @@ def _launch(backend: Backend, engine: Engine | None, key: Path, known_hosts: Pat
         me = pwd.getpwuid(os.getuid()).pw_name
         shutil.rmtree(workdir, ignore_errors=True)
         server = start_sshd(workdir, address="127.0.0.1", users=[me], authorized_keys=[public])
+        _SERVERS[server.pid] = server
         _write(known_hosts, server.known_hosts_line + "\n")
         return SandboxInfo(backend=backend, address=server.address, port=server.port, user=me,
                            identity_file=str(key), known_hosts=str(known_hosts), pid=server.pid,
@@ -152,6 +157,7 @@ def _launch(backend: Backend, engine: Engine | None, key: Path, known_hosts: Pat
         account = pwd.getpwuid(os.getuid())
         hidden = [*private_paths, Path(account.pw_dir)]
         server = start_local_sshd(account.pw_name, public, bwrap=bwrap, hidden=hidden)
+        _SERVERS[server.pid] = server
         known_hosts.write_text(server.known_hosts_line + "\n")
         return SandboxInfo(backend=backend, address=server.address, port=server.port, user=account.pw_name,
                            identity_file=str(key), known_hosts=str(known_hosts), pid=server.pid,
@@ -166,6 +172,7 @@ def _launch(backend: Backend, engine: Engine | None, key: Path, known_hosts: Pat
     except BaseException:
         remove_user(user)
         raise
+    _SERVERS[server.pid] = server
     _write(known_hosts, server.known_hosts_line + "\n")
     return SandboxInfo(backend=backend, address=server.address, port=server.port, user=user,
                        identity_file=str(key), known_hosts=str(known_hosts), pid=server.pid,
@@ -179,7 +186,10 @@ def _shutdown(info: SandboxInfo) -> None:
         if engine is None:
             raise ConfigError(f"cannot remove sandbox container {info.container[:12]}: {info.engine} is not installed")
         engine.remove(info.container)
-    if info.pid:
+    server = _SERVERS.pop(info.pid, None)
+    if server is not None:
+        server.stop()
+    elif info.pid:
         _stop_pid(info.pid)
     if info.throwaway_user:
         remove_user(info.throwaway_user)
