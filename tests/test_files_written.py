@@ -122,12 +122,12 @@ def test_xdg_directories_ignore_relative_values() -> None:
 def test_every_user_of_the_directories_agrees(tmp_path: Path) -> None:
     from remote_bash.agent import default_transcript_dir
     from remote_bash.audit import default_audit_dir
-    from remote_bash.cli._sandbox import _sandbox_dir
+    from remote_bash.sandbox import sandbox_dir
 
     env = {"HOME": str(tmp_path), "XDG_STATE_HOME": "relative", "XDG_CONFIG_HOME": "relative"}
     state = tmp_path / ".local" / "state" / "remote-bash"
     assert default_audit_dir(env) == state / "audit"
-    assert _sandbox_dir(env) == state / "sandbox"
+    assert sandbox_dir(env) == state / "sandbox"
     (tmp_path / ".config" / "remote-bash").mkdir(parents=True)
     (tmp_path / ".config" / "remote-bash" / "hosts.yaml").write_text("hosts: {}\n")
     assert default_inventory_path(None, env) == config_dir(env) / "hosts.yaml"

@@ -158,7 +158,7 @@ def _launch(backend: Backend, engine: Engine | None, key: Path, known_hosts: Pat
         hidden = [*private_paths, Path(account.pw_dir)]
         server = start_local_sshd(account.pw_name, public, bwrap=bwrap, hidden=hidden)
         _SERVERS[server.pid] = server
-        known_hosts.write_text(server.known_hosts_line + "\n")
+        _write(known_hosts, server.known_hosts_line + "\n")
         return SandboxInfo(backend=backend, address=server.address, port=server.port, user=account.pw_name,
                            identity_file=str(key), known_hosts=str(known_hosts), pid=server.pid,
                            workdir=str(server.workdir), isolation="bubblewrap")
