@@ -10,8 +10,9 @@ is unique to the call and carries the exit status, written to a private descript
 The sentinel's bytes never appear in the frame text itself (the nonce is sent in two
 halves), so even ``set -v`` echoing the frame cannot fake it, and nothing the command
 prints can either. The frame uses only keywords, assignments and ``builtin``, and
-suspends ``set -x``/``set -v`` around itself, so ``set -u``, ``IFS=``, ``PATH=`` or a
-function named like a builtin add no noise and break nothing.
+suspends ``set -x``/``set -v`` and history around itself, so ``set -u``, ``IFS=``, ``PATH=``,
+``set -o history`` or a function named like a builtin add no noise, break nothing and show
+nothing of the framing.
 
 This module does no I/O; everything here is plain functions over bytes and str.
 """
@@ -31,16 +32,16 @@ __all__ = [
     "SHELL_COMMAND",
     "CallToken",
     "FrameScanner",
+    "KillNoiseFilter",
     "OutputCapture",
     "ShellNames",
     "clean_text",
     "exit_frame",
     "frame_command",
     "init_script",
-    "kill_count",
-    "kill_script",
     "render_output",
     "shell_quote",
+    "status_line_safe",
 ]
 
 SENTINEL_FD = 19
@@ -131,33 +132,76 @@ def frame_command(command: str, token: CallToken, names: ShellNames) -> bytes:
     One line, kept short and cheap (bash reads a pipe one byte at a time, and every redirection
     costs system calls): the command as one quoted word; the call's process tag; the ``eval`` at
     top level (so ``declare``, ``cd`` and ``export`` persist) inside a one-iteration loop that the
-    abort signal's trap breaks out of, with stdin on /dev/null; then the framing function in a
-    silenced group: it captures ``$?``, suspends ``set -x``/``-v``, prepares the next call and
-    writes the sentinel. The status capture shares the eval's line on purpose: after a syntax
-    error inside ``eval``, bash misreads a reserved word that starts the next line.
+    abort signal's trap breaks out of, with stdin on /dev/null and stdout/stderr on the channel
+    (bash restores the shell's own when the ``eval`` returns, so a command's ``exec >file`` or
+    ``exec 1>&-`` lasts until the end of its call and cannot blind the next one); then the
+    framing function in a silenced group: it captures ``$?``, suspends ``set -x``/``-v`` and
+    history, prepares the next call and writes the sentinel. The status capture shares the
+    eval's line on purpose: after a syntax error inside ``eval``, bash misreads a reserved word
+    that starts the next line.
+
+    ``$_rbq``, added when :func:`status_line_safe` says the text can take a line after it,
+    records the status inside the ``eval`` so that the ``eval`` itself succeeds: a user's ``ERR``
+    trap then runs once, for the user's command, never a second time for the framing.
     """
     if "\x00" in command:
         raise ValueError("the command contains a NUL byte, which bash cannot pass on")
     if _SURROGATE.search(command):
         raise ValueError("the command contains a lone surrogate code point, which is not valid text")
+    tail = "$_rbq" if status_line_safe(command) else ""
     return (
         f"_rbc={shell_quote(command)};{CALL_ENV}={token.call_id};"
-        f'for _rbl in 1;do eval "$_rbp$_rbc" <&{NULL_FD};done;'
+        f'for _rbl in 1;do eval "$_rbp$_rbc{tail}" <&{NULL_FD} >&{SENTINEL_FD} 2>&1;done;'
         f"{{ {names.after} {token.call_id} {token.second};}} 2>&{NULL_FD}\n"
     ).encode()
+
+
+_HEREDOC = re.compile(r"<<(?!<)(-?)[ \t]*\\?(['\"]?)([^\s'\"<>|&;()]+)\2")
+_CONTINUED = re.compile(r"(?:&&|\|\||\||\|&)\Z")
+
+
+def status_line_safe(command: str) -> bool:
+    """True when a line appended after ``command`` is parsed as a command of its own.
+
+    Not after a trailing backslash or an operator that continues on the next line (``&&``,
+    ``||``, ``|``), nor after a here-document whose end line is missing (the line would become
+    part of its text). When in doubt, False: the only cost is a second run of an ``ERR`` trap.
+    """
+    text = command.rstrip(" \t\n")
+    if _CONTINUED.search(text):
+        return False
+    backslashes = len(text) - len(text.rstrip("\\"))
+    if backslashes % 2 == 1:
+        return False
+    if "<<" not in command:
+        return True
+    lines = command.split("\n")
+    for at, line in enumerate(lines):
+        for match in _HEREDOC.finditer(line):
+            strip_tabs, word = match.group(1) == "-", match.group(3)
+            if not any((body.lstrip("\t") if strip_tabs else body) == word for body in lines[at + 1:]):
+                return False
+    return True
 
 
 def _functions(names: ShellNames) -> list[str]:
     # Runs after every call (and once at start-up): it also readies the shell for the next call,
     # undoing what a command may have changed that the frame relies on: functions shadowing
-    # `builtin` or `eval`, the export of the process tag, the abort trap; and it computes the
-    # `set -x`/`-v` prefix that gives the next command the tracing its predecessor left on.
+    # `builtin` or `eval`, the export of the process tag, the abort trap. It computes the prefix
+    # that gives the next command the tracing and the history its predecessor left on (history is
+    # off while bash reads a frame, so no frame line is ever recorded), and the status line
+    # (`$_rbq`, see frame_command) unless `set -v` or history would show it.
     return [
-        f"{names.after}() {{ _rbs=$?; _rbf=$-; unset -f builtin eval; builtin set +xv; "
+        f"{names.after}() {{ _rbs=${{_rbs:-$?}}; _rbf=$-; unset -f builtin eval; builtin set +xv; "
         f"builtin unset -v _rbc; builtin export {CALL_ENV}=; "
         f"builtin trap 'break 1000 2>/dev/null' {ABORT_SIGNAL}; "
-        'case $_rbf in *[xv]*) _rbp="builtin set -${_rbf//[!xv]/}"$\'\\n\';; *) _rbp=;; esac; '
-        f"builtin printf '\\036RB%s%s:%s\\036' \"$1\" \"$2\" \"$_rbs\" >&{SENTINEL_FD}; }}",
+        f"_rbp=; _rbq=$'\\n{{ _rbs=$? _rbh=1;}} 2>&{NULL_FD}'; "
+        'case $_rbf in *v*) _rbp=" -${_rbf//[!xv]/}"; _rbq=;; *x*) _rbp=" -x";; esac; '
+        # History turned on by this very command recorded the status line: take it out again.
+        '[[ -o history ]] && { [[ $_rbh ]] && builtin history -d -1; builtin set +o history; '
+        '_rbp+=" -o history"; _rbq=; }; '
+        "[[ $_rbp ]] && _rbp=\"builtin set$_rbp\"$'\\n'; "
+        f"builtin printf '\\036RB%s%s:%s\\036' \"$1\" \"$2\" \"$_rbs\" >&{SENTINEL_FD}; _rbs= _rbh=; }}",
     ]
 
 
@@ -166,17 +210,18 @@ def init_script(token: CallToken, names: ShellNames, env: dict[str, str], ulimit
     """The first frame: descriptors, the framing function, environment, limits, then a line of
     facts and the sentinel.
 
-    Its output holds ``RBINFO <pid>|<bash version>|<uname -srm>|<user>`` and one ``RBERR <what>``
-    line per setting that failed.
+    Its output holds ``RBINFO <pid>|<bash version>|<uname -srm>|<user>|<uptime>`` and one
+    ``RBERR <what>`` line per setting that failed.
     """
     lines = [
         "builtin set +o history 2>/dev/null",
         f"exec {SENTINEL_FD}>&1 {NULL_FD}<>/dev/null",
         "builtin unset HISTFILE PROMPT_COMMAND",
         # A command substitution whose child dies of SIGINT makes a non-interactive bash kill
-        # itself with SIGINT; a (non-ignoring) trap keeps the shell, and children still get
-        # the default action.
-        "builtin trap : INT",
+        # itself with SIGINT, and `kill 0` (the `trap "kill 0" EXIT` idiom) signals the shell's
+        # process group: (non-ignoring) traps keep the shell, as an interactive bash keeps itself,
+        # and children still get the default action.
+        "builtin trap : INT TERM HUP",
         *_functions(names),
     ]
     merged = {**NONINTERACTIVE_ENV, **env}
@@ -188,11 +233,13 @@ def init_script(token: CallToken, names: ShellNames, env: dict[str, str], ulimit
     if nice is not None:
         lines.append(f"renice -n {nice} -p $$ >/dev/null 2>&1 || builtin printf 'RBERR %s\\n' "
                      f"{shell_quote(f'renice -n {nice}')}")
-    # Facts without starting a process: the kernel release from /proc where there is one.
+    # Facts without starting a process: the kernel release from /proc where there is one, and
+    # the clock since boot at the shell's start (process start times are compared with it).
     lines.append("_rbk=; builtin read -r _rbk </proc/sys/kernel/osrelease 2>/dev/null")
+    lines.append("_rbu=; builtin read -r _rbu _rbv </proc/uptime 2>/dev/null")
     lines.append(
-        "builtin printf 'RBINFO %s|%s|%s|%s\\n' \"$$\" \"$BASH_VERSION\" "
-        "\"${OSTYPE-} ${_rbk:-?} ${HOSTTYPE-}\" \"${USER:-${LOGNAME-}}\""
+        "builtin printf 'RBINFO %s|%s|%s|%s|%s\\n' \"$$\" \"$BASH_VERSION\" "
+        "\"${OSTYPE-} ${_rbk:-?} ${HOSTTYPE-}\" \"${USER:-${LOGNAME-}}\" \"${_rbu-}\""
     )
     lines.append(f"{{ {names.after} {token.call_id} {token.second};}} 2>&{NULL_FD}")
     return ("\n".join(lines) + "\n").encode()
@@ -291,6 +338,52 @@ class OutputCapture:
         return self._sha.hexdigest()
 
 
+_JOB_NOISE = re.compile(
+    rb"(?:bash: line \d+: +\d+ |\[\d+\][+-]? +)"
+    rb"(?:Killed|Terminated|Hangup|Interrupt)(?: \(core dumped\))?(?:[ \t].*)?\r?"
+    rb"|(?:Killed|Terminated|Hangup|Interrupt)(?: \(core dumped\))?\r?"
+)
+
+
+class KillNoiseFilter:
+    """Drops bash's reports of jobs killed by a signal (``bash: line 3: 1778 Killed  sleep 99``,
+    ``Terminated``, ``[1]+  Killed ...``) from the output that follows a kill.
+
+    Those lines are what remote_bash's own signals made the shell print; they say nothing of the
+    command and point into the framing. Only whole lines that match exactly are dropped; a partial
+    last line is held until its end comes (at most a few KB: longer is not a report).
+    """
+
+    _HOLD = 4096
+
+    def __init__(self) -> None:
+        self._held = b""
+
+    def feed(self, data: bytes) -> bytes:
+        buf = self._held + data
+        cut = buf.rfind(b"\n") + 1
+        self._held = buf[cut:]
+        if len(self._held) > self._HOLD:
+            self._held, buf, cut = b"", buf, len(buf)
+        return self._drop(buf[:cut])
+
+    def flush(self) -> bytes:
+        held, self._held = self._held, b""
+        return self._drop(held)
+
+    @staticmethod
+    def _drop(data: bytes) -> bytes:
+        if not data or (b"Killed" not in data and b"Terminated" not in data and b"Hangup" not in data
+                        and b"Interrupt" not in data):
+            return data
+        lines = data.split(b"\n")
+        kept = [line for line in lines[:-1] if not _JOB_NOISE.fullmatch(line)]
+        last = lines[-1]
+        if last and _JOB_NOISE.fullmatch(last):
+            last = b""
+        return b"".join(line + b"\n" for line in kept) + last
+
+
 _ANSI = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor movement
     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: titles, hyperlinks
@@ -378,67 +471,3 @@ def render_output(capture: OutputCapture, limit: int,
 def exit_frame(script: str) -> bytes:
     """What to send an idle shell so that it replaces itself with ``/bin/sh -c script``."""
     return f"unset -f builtin 2>/dev/null; builtin exec /bin/sh -c {shell_quote(script)}\n".encode()
-
-
-def kill_count(output: str) -> int:
-    """How many processes a :func:`kill_script` run found (its ``RBKILL <n>`` line); 0 without one."""
-    for line in output.splitlines():
-        if line.startswith("RBKILL ") and line[7:].strip().isdigit():
-            return int(line[7:])
-    return 0
-
-
-def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_pid: int | None = None,
-                exclude_self: bool = False, below: int | None = None, untagged_only: bool = False) -> str:
-    """A POSIX sh script that signals every process whose environment holds ``match``
-    (``NAME=value``), and ``also_pid`` if given, then prints ``RBKILL <count>`` of the
-    processes it found. ``signal`` ``0`` only counts.
-
-    Processes are found through /proc/PID/environ, so children, grandchildren and processes
-    that left the shell's process group are all found, and nothing of another call is. With
-    ``below``, the descendants of that pid (through /proc/PID/stat) are added too: all of them,
-    or with ``untagged_only`` those that carry no call tag at all (a command that cleared its
-    environment, ``env -i`` or ``sudo``, would otherwise escape).
-    """
-    if not re.fullmatch(r"[A-Z_]+=[A-Za-z0-9_]+", match):
-        raise ValueError(f"bad process tag {match!r}")
-    if signal not in ("0", "INT", "TERM", "KILL", "HUP"):
-        raise ValueError(f"bad signal {signal!r}")
-    extra = f"kill -0 {also_pid} 2>/dev/null && p=\"$p {also_pid}\"\n" if also_pid else ""
-    abort = f"kill -s {ABORT_SIGNAL} {abort_pid} 2>/dev/null\n" if abort_pid else ""
-    tree = ""
-    if below:
-        keep = (f'grep -qsz "^{CALL_ENV}=." "/proc/$x/environ" && continue; ' if untagged_only else "")
-        awk_walk = (
-            # Without /proc/PID/task/TID/children: parent pids of every process, then a walk.
-            "d=$(awk '{ s = $0; sub(/^.*\\) /, \"\", s); split(s, f, \" \"); print $1, f[2] }' "
-            "/proc/[0-9]*/stat 2>/dev/null | awk -v r=" + str(below) + " '{ k[$2] = k[$2] \" \" $1 } "
-            "END { q = r; while (q != \"\") { n = split(q, a, \" \"); q = \"\"; for (i = 1; i <= n; i++) "
-            "{ m = split(k[a[i]], c, \" \"); for (j = 1; j <= m; j++) { print c[j]; q = q \" \" c[j] } } } }')\n"
-        )
-        tree = (
-            # The descendants of `below`, level by level through the kernel's children lists: no
-            # process is started, and a shell with no children costs one file read.
-            f"d=; q={below}; i=0\n"
-            f"if [ -r /proc/{below}/task/{below}/children ]; then\n"
-            '  while [ -n "$q" ] && [ $i -lt 64 ]; do n=; i=$((i+1))\n'
-            '    for x in $q; do for f in /proc/$x/task/*/children; do c=; read -r c <"$f" 2>/dev/null; '
-            'n="$n $c"; done; done\n'
-            '    d="$d $n"; case $n in *[0-9]*) q=$n;; *) q=;; esac\n'
-            "  done\n"
-            "else\n"
-            f"  {awk_walk}"
-            "fi\n"
-            f"for x in $d; do [ \"$x\" = \"$$\" ] && continue; {keep}"
-            'case " $p " in *" $x "*) ;; *) p="$p $x";; esac; done\n'
-        )
-    return (
-        f"{abort}"
-        f"p=$(cd /proc 2>/dev/null && grep -lsxzF '{match}' [0-9]*/environ 2>/dev/null | sed 's,/environ,,')\n"
-        f"{extra}"
-        f"{tree}"
-        + ('q=; for x in $p; do [ "$x" = "$$" ] || q="$q $x"; done; p=$q\n' if exclude_self else "")
-        + "set -- $p\n"
-        f"if [ $# -gt 0 ] && [ {signal} != 0 ]; then kill -s {signal} \"$@\" 2>/dev/null; fi\n"
-        'echo "RBKILL $#"\n'
-    )

@@ -204,6 +204,14 @@ class KillReport(_Config):
     """Processes of the command still alive after the last signal (0 is the goal)."""
     shell_replaced: bool = False
     """True when the shell itself had to be killed and a new one started."""
+    cgroup: bool = False
+    """True when the host keeps each SSH login in a cgroup of its own, so that processes that left
+    the command's process tree and rewrote or cleared their environment were found and signalled."""
+    unchecked: str | None = None
+    """What could not be checked, in words; ``None`` when every process of the command could be
+    found. Set when, without a login cgroup, processes of the same user started while the command
+    ran, outside its process tree and without its tag, were left alone (they may be the command's
+    daemons or another login's): ``survivors`` does not count them."""
 
 
 class CommandResult(_Config):

@@ -18,13 +18,14 @@ import codecs
 import contextlib
 import enum
 import getpass
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from . import framing
+from . import framing, reaper
 from ._ssh import Credentials, ShellChannel, SshConnection, connect
 from .errors import (
     AccessDenied,
@@ -70,6 +71,8 @@ class RemoteInfo:
     user: str
     address: str
     host_key: str
+    started: int | None = None
+    """The host's clock since boot when the shell started, in ticks (None without /proc/uptime)."""
 
 
 CredentialSource = Callable[[Host], Credentials | Awaitable[Credentials]]
@@ -90,16 +93,19 @@ class _Call:
         self.on_output = on_output
         self.decoder = codecs.getincrementaldecoder("utf-8")("replace") if on_output else None
         self.live: _LiveOutput | None = None
+        self.sent_at = 0.0
+        """When the frame was written (monotonic): the kill dates the call's start on the host by it."""
+        self.noise: framing.KillNoiseFilter | None = None
+        """Set once a kill began: the shell's reports of the jobs it killed are dropped."""
 
     def feed(self, data: bytes) -> bytes:
         """Scan ``data``; returns the bytes that follow the sentinel, if it was found."""
         result = self.scanner.feed(data)
-        if result.data:
-            self.capture.add(result.data)
-            if self.decoder is not None and self.on_output is not None:
-                text = self.decoder.decode(result.data)
-                if text:
-                    self.on_output(framing.clean_text(text))
+        out = result.data
+        if self.noise is not None:
+            out = self.noise.feed(out) + (self.noise.flush() if result.done else b"")
+        if out:
+            self.add(out)
         if result.done:
             self.status = result.status
             if not self.done.done():
@@ -108,6 +114,14 @@ class _Call:
                 self.waiter.set_result(True)
             return result.rest
         return b""
+
+    def add(self, data: bytes, *, final: bool = False) -> None:
+        """Output of the call: captured, and shown live when someone watches."""
+        self.capture.add(data)
+        if self.decoder is not None and self.on_output is not None:
+            text = self.decoder.decode(data, final=final)
+            if text:
+                self.on_output(framing.clean_text(text))
 
     def end(self) -> None:
         """The shell's channel closed: wake whoever waits for this call."""
@@ -192,6 +206,8 @@ class RemoteBashSession:
         self._names = framing.ShellNames.new()
         self._orphaned = False
         self._running: asyncio.Task[Any] | None = None
+        self.last_kill: KillReport | None = None
+        """What the last ``restart()`` or ``close()`` did to the old shell's processes."""
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -210,21 +226,29 @@ class RemoteBashSession:
             await self._ensure_shell()
         self.state = SessionState.OPEN
 
-    async def close(self) -> None:
-        """End the shell (and every process it started) and the connection. Idempotent."""
+    async def close(self) -> KillReport | None:
+        """End the shell (and every process it started) and the connection. Idempotent.
+
+        Returns what was done to the shell's processes (also kept in ``last_kill``), or None when
+        there was no shell to end.
+        """
         if self.state is SessionState.CLOSED:
-            return
+            return None
         self.state = SessionState.CLOSED
         await self._interrupt_running()
         async with self._lock:
-            await self._drop_shell(kill=True)
+            report = await self._drop_shell(kill=True)
             if self._conn is not None:
                 await self._conn.close()
                 self._conn = None
-                await self._audit_write("session.end")
+                await self._audit_write("session.end", kill=report.model_dump() if report else None)
+            return report
 
     async def restart(self) -> RemoteInfo:
-        """Kill the shell and everything it started, and start a clean one."""
+        """Kill the shell and everything it started, and start a clean one.
+
+        ``last_kill`` then says what was done to the old shell's processes, and what could not be
+        checked."""
         self._check_open()
         await self._interrupt_running()
         async with self._lock:
@@ -314,7 +338,7 @@ class RemoteBashSession:
             )
         problems = [line[6:] for line in text.splitlines() if line.startswith("RBERR ")]
         info_line = next((line for line in text.splitlines() if line.startswith("RBINFO ")), "")
-        parts = [*info_line[7:].split("|"), "", "", "", ""][:4]
+        parts = [*info_line[7:].split("|"), "", "", "", "", ""][:5]
         self.info = RemoteInfo(
             shell_pid=int(parts[0]) if parts[0].isdigit() else 0,
             bash_version=parts[1],
@@ -322,6 +346,7 @@ class RemoteBashSession:
             user=parts[3],
             address=conn.peer_address,
             host_key=conn.host_key_fingerprint,
+            started=reaper.uptime_ticks(parts[4]),
         )
         await self._audit_write(
             "session.start", bash_version=self.info.bash_version, os=self.info.os,
@@ -354,30 +379,60 @@ class RemoteBashSession:
             self._call = None
             self._on_data(rest)
 
-    async def _drop_shell(self, *, kill: bool) -> None:
+    async def _drop_shell(self, *, kill: bool) -> KillReport | None:
         shell, self._shell = self._shell, None
         self._between = None
         if shell is None:
-            return
-        tag = f"REMOTE_BASH_SESSION={self.session_id}"
+            return None
+        tag = f"{reaper.SESSION_ENV}={self.session_id}"
         conn = self._conn
-        if kill and conn is not None and not conn.is_closed and self.info is not None:
+        info = self.info
+        report: KillReport | None = None
+        if kill and conn is not None and not conn.is_closed and info is not None:
+            # Strays (daemons that left the shell's tree and rewrote their environment) are looked
+            # for among the processes started since the shell itself.
+            since = info.started - 1 if info.started is not None else None
+            out = b""
             alive = not shell.closed.is_set() and not shell.exited
             if alive:
                 # The idle shell replaces itself with the kill script: no second channel needed.
-                shell.on_data = lambda _data: None
+                # Its report, not the channel's end, says it is done: a stray that escaped may
+                # hold the channel open.
+                got = bytearray()
+                reported = asyncio.Event()
+
+                def collect(data: bytes) -> None:
+                    got.extend(data)
+                    if b"RBKILL " in got and got.endswith(b"\n"):
+                        reported.set()
+
+                shell.on_data = collect
                 with contextlib.suppress(RemoteBashError):
-                    shell.write(framing.exit_frame(framing.kill_script(
-                        tag, "KILL", exclude_self=True, below=self.info.shell_pid)))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(shell.closed.wait(), 2)
-            if not shell.closed.is_set():
+                    shell.write(framing.exit_frame(reaper.kill_script(
+                        tag, "KILL", exclude_self=True, below=info.shell_pid, since=since)))
+                waiters = [asyncio.ensure_future(reported.wait()), asyncio.ensure_future(shell.closed.wait())]
+                try:
+                    await asyncio.wait(waiters, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for waiter in waiters:
+                        waiter.cancel()
+                out = bytes(got)
+            if b"RBKILL " not in out:
                 with contextlib.suppress(RemoteBashError):
-                    await conn.run_side(framing.kill_script(tag, "KILL", also_pid=self.info.shell_pid,
-                                                            below=self.info.shell_pid), timeout=5)
+                    _status, text = await conn.run_side(reaper.kill_script(
+                        tag, "KILL", also_pid=info.shell_pid, below=info.shell_pid, since=since), timeout=10)
+                    out = text.encode()
+            scan = reaper.parse_kill_output(out.decode("utf-8", "replace"))
+            report = KillReport(signals=["KILL"] if scan.count else [], survivors=0, cgroup=scan.cgroup,
+                                unchecked=_unchecked(scan, since, "the session"))
+            self.last_kill = report
+            if scan.count or report.unchecked:
+                await self._audit_write("exec.kill", reason="session end", kill=report.model_dump(),
+                                        processes=scan.count, strict=False)
         shell.close()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(shell.closed.wait(), 2)
+        return report
 
     # -- running commands ------------------------------------------------------------
 
@@ -464,6 +519,7 @@ class RemoteBashSession:
         kill: KillReport | None = None
         timed_out = False
         try:
+            call.sent_at = time.monotonic()
             shell.write(frame)
             ended = await self._wait(call, shell, timeout)
             if not ended:
@@ -523,23 +579,37 @@ class RemoteBashSession:
             call.rearm()
 
     async def _kill_call(self, call: _Call, shell: ShellChannel, conn: SshConnection, why: str) -> KillReport:
-        """Signal the call's processes INT, TERM, KILL; replace the shell if it is the shell that hangs."""
+        """Signal the call's processes INT, TERM, KILL; replace the shell if it is the shell that hangs.
+
+        The first round (INT, which also aborts the rest of the command text) reads the host's
+        clock, which dates the call's start there; later rounds also look for strays started
+        since then (see :mod:`remote_bash.reaper`)."""
+        if call.noise is None:
+            call.noise = framing.KillNoiseFilter()
         tag = f"{framing.CALL_ENV}={call.token.call_id}"
         sent: list[str] = []
         survivors = 0
         shell_pid = self.info.shell_pid if self.info else None
+        since: int | None = None
+        last = reaper.KillScan()
         for sig in ("INT", "TERM", "KILL"):
             if shell.closed.is_set() or shell.exited:
                 break
-            # The first round also tells the shell to abandon the rest of the command text.
-            found = await self._signal(conn, tag, sig, abort_pid=shell_pid if sig == "INT" else None)
-            if found == 0 and call.finished:
+            scan, replied = await self._signal(conn, tag, sig, since=since,
+                                               abort_pid=shell_pid if sig == "INT" else None)
+            if since is None:
+                since = _call_start(call, scan, replied)
+            else:
+                last = scan
+            found = scan.count
+            if found == 0 and call.finished and sig != "INT":
                 break
             if found:
                 sent.append(sig)
             await self._wait(call, shell, self._kill_grace if found or sig == "INT" else 0.05)
             if call.finished:
-                survivors = await self._signal(conn, tag, "0")
+                last, _ = await self._signal(conn, tag, "0", since=since)
+                survivors = last.count
                 if survivors == 0:
                     break
         replaced = False
@@ -547,25 +617,30 @@ class RemoteBashSession:
             # Nothing of the command left to signal, yet no sentinel: the shell itself is stuck
             # (a builtin loop, say). Its state cannot be saved; replace it.
             if shell_pid:
-                await conn.run_side(framing.kill_script(tag, "KILL", also_pid=shell_pid, below=shell_pid,
-                                                        untagged_only=True), timeout=5)
+                await conn.run_side(reaper.kill_script(tag, "KILL", also_pid=shell_pid, below=shell_pid,
+                                                       untagged_only=True, since=since), timeout=5)
                 sent.append("KILL shell")
             await self._wait(call, shell, 2.0)
             replaced = True
         if not shell.closed.is_set() or replaced:
-            survivors = await self._signal(conn, tag, "0")
-        report = KillReport(signals=sent, survivors=survivors, shell_replaced=replaced)
+            last, _ = await self._signal(conn, tag, "0", since=since)
+            survivors = last.count
+        report = KillReport(signals=sent, survivors=survivors, shell_replaced=replaced, cgroup=last.cgroup,
+                            unchecked=_unchecked(last, since, "the command"))
         await self._audit_write("exec.kill", call_id=call.token.call_id, reason=why, kill=report.model_dump(),
                                 strict=False)
         return report
 
-    async def _signal(self, conn: SshConnection, tag: str, sig: str, abort_pid: int | None = None) -> int:
-        """Send ``sig`` to the call's processes: those with its tag, and the shell's children that
-        carry no tag at all (they cleared their environment). Returns how many were found."""
+    async def _signal(self, conn: SshConnection, tag: str, sig: str, *, since: int | None,
+                      abort_pid: int | None = None) -> tuple[reaper.KillScan, float]:
+        """Send ``sig`` to the call's processes: those with its tag, the shell's children that carry
+        no tag at all (they cleared their environment) and, with ``since``, strays in the login's
+        cgroup. Returns what the script reported and when its answer came (monotonic)."""
         shell_pid = self.info.shell_pid if self.info else None
-        script = framing.kill_script(tag, sig, abort_pid=abort_pid, below=shell_pid, untagged_only=True)
+        script = reaper.kill_script(tag, sig, abort_pid=abort_pid, below=shell_pid, untagged_only=True,
+                                    since=since)
         _status, out = await conn.run_side(script, timeout=10)
-        return framing.kill_count(out)
+        return reaper.parse_kill_output(out), time.monotonic()
 
     async def _finish(self, command: str, call: _Call, shell: ShellChannel, conn: SshConnection, timeout: float,
                       timed_out: bool, kill: KillReport | None, duration: float,
@@ -575,16 +650,16 @@ class RemoteBashSession:
             # The sentinel never came: the shell ended (exit, exec, kill -9 $$, set -e) or the
             # connection died. Keep what it printed; never re-run the command.
             held = call.scanner.pending()
-            call.capture.add(held)
-            if held and call.on_output is not None and call.decoder is not None:
-                call.on_output(framing.clean_text(call.decoder.decode(held, final=True)))
+            if call.noise is not None:
+                held = call.noise.feed(held) + call.noise.flush()
+            call.add(held, final=True)
             await self._settle(shell, conn)
             self._shell = None
             if not conn.is_closed:
                 # The shell is gone, but what it was running may not be (a child holding its
                 # output open): nothing of a dead shell's call may run on unattended.
                 with contextlib.suppress(RemoteBashError):
-                    await conn.run_side(framing.kill_script(f"{framing.CALL_ENV}={call.token.call_id}", "KILL"),
+                    await conn.run_side(reaper.kill_script(f"{framing.CALL_ENV}={call.token.call_id}", "KILL"),
                                         timeout=5)
                 shell.close()
             if conn.is_closed or (shell.exit_status is None and shell.exit_signal is None and not
@@ -654,10 +729,10 @@ class RemoteBashSession:
         self._orphaned = False
         try:
             _status, out = await conn.run_side(
-                framing.kill_script(f"REMOTE_BASH_SESSION={self.session_id}", "KILL"), timeout=10)
+                reaper.kill_script(f"{reaper.SESSION_ENV}={self.session_id}", "KILL"), timeout=10)
         except RemoteBashError:
             return
-        found = framing.kill_count(out)
+        found = reaper.parse_kill_output(out).count
         if found:
             await self._audit_write("exec.kill", reason="left running by a lost connection",
                                     kill={"signals": ["KILL"], "processes": found}, strict=False)
@@ -695,6 +770,30 @@ def _capture_limit(output_limit: int) -> int:
     """Bytes kept at each end of a stream: twice the characters shown, so cleaning (colour codes,
     progress lines) and multi-byte text still leave enough to show."""
     return max(output_limit, 1024) * 2
+
+
+def _call_start(call: _Call, scan: reaper.KillScan, replied: float) -> int | None:
+    """The call's start in the host's clock ticks, never later than the truth: the host's clock
+    when the kill script started, less all the time since the frame was sent (the script's answer
+    took some of it). The tick before, for the rounding of start times."""
+    if scan.uptime is None or not call.sent_at:
+        return None
+    return scan.uptime - math.ceil((replied - call.sent_at) * reaper.TICKS_PER_SECOND) - 1
+
+
+def _unchecked(scan: reaper.KillScan, since: int | None, what: str) -> str | None:
+    """The words for what a kill could not check, or None."""
+    if since is None:
+        return (f"the host's clock since boot (/proc/uptime) could not be read, so processes of {what} that "
+                "left its process tree and cleared or rewrote their environment could not be looked for")
+    if scan.cgroup or not scan.strays:
+        return None
+    shown = ", ".join(f"{pid} ({name})" for pid, name in scan.strays[:10])
+    more = f" and {len(scan.strays) - 10} more" if len(scan.strays) > 10 else ""
+    return (f"{len(scan.strays)} process(es) of the same user started while {what} ran, outside its "
+            f"process tree and without its tag, were left running: {shown}{more}. They may be daemons of "
+            f"{what} that rewrote or cleared their environment, or another login's; this host keeps SSH "
+            "logins in no cgroup of their own, so nothing tells which")
 
 
 def _expire(waiter: asyncio.Future[bool]) -> None:

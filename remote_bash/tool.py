@@ -59,6 +59,8 @@ def format_result(result: CommandResult) -> tuple[str, bool]:
                 note += f" (signals sent: {', '.join(result.kill.signals)})"
             if result.kill.survivors:
                 note += f"; {result.kill.survivors} of its processes could not be killed"
+            if result.kill.unchecked:
+                note += f"; not checked: {result.kill.unchecked}"
         note += ". Output so far is above." if text else ". It printed nothing."
         return _join(text, note), True
     if result.shell_lost:
@@ -200,10 +202,13 @@ async def _restart(session: RemoteBashSession, tool_use_id: str | None) -> dict[
         info = await session.restart()
     except RemoteBashError as exc:
         return _result(tool_use_id, f"Error: the restart failed: {exc.message}", True)
+    kill = session.last_kill
+    stopped = ("every process of the old one was stopped." if kill is None or not kill.unchecked
+               else f"the old one's processes were stopped, but not all could be checked: {kill.unchecked}.")
     return _result(
         tool_use_id,
         f"The bash session was restarted: a new shell (pid {info.shell_pid}, bash {info.bash_version}) "
-        "with a clean working directory and environment; every process of the old one was stopped.",
+        f"with a clean working directory and environment; {stopped}",
         False,
     )
 

@@ -124,10 +124,11 @@ def test_shell_quote_round_trip_in_bash() -> None:
         assert out.decode() == s
 
 
-def test_kill_count_reads_the_script_report() -> None:
-    from remote_bash.framing import kill_count
+def test_kill_report_is_read_from_the_script_output() -> None:
+    from remote_bash.reaper import parse_kill_output
 
-    assert kill_count("noise\nRBKILL 3\n") == 3
-    assert kill_count("RBKILL 0\n") == 0
-    assert kill_count("") == 0
-    assert kill_count("RBKILL x\n") == 0
+    scan = parse_kill_output("noise\nRBUP 6540.59\nRBSCOPE none\nRBSTRAY 42 sleep\nRBSTRAY x y\nRBKILL 3\n")
+    assert (scan.count, scan.uptime, scan.cgroup, scan.strays) == (3, 654059, False, [(42, "sleep")])
+    assert parse_kill_output("RBKILL 0\nRBSCOPE cgroup\n").cgroup
+    assert parse_kill_output("").count == 0
+    assert parse_kill_output("RBKILL x\nRBUP ?\n").uptime is None

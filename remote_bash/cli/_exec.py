@@ -150,6 +150,8 @@ async def _shell(ctx: _Context, inventory: Inventory, name: str) -> int:
                     status = _exit_code(exc)
                 else:
                     _err(f"restarted: a fresh shell (pid {restarted.shell_pid})")
+                    if session.last_kill is not None and session.last_kill.unchecked:
+                        _err(f"not checked: {session.last_kill.unchecked}")
                 continue
             echo = _Echo(redactor)
             task = asyncio.create_task(_run_one(session, line, ctx.args.timeout, echo.feed))

@@ -1,0 +1,195 @@
+"""Pure: the POSIX sh scripts that find and signal a call's processes on the remote host, and the
+reader of what they report.
+
+A call's processes are found three ways, all through /proc (Linux):
+
+- by the tag in their environment (``REMOTE_BASH_CALL=<id>``, or the session's tag), so children,
+  grandchildren and processes that left the shell's process group are found and nothing of
+  another call is;
+- as the shell's descendants, through the kernel's children lists (a command that cleared its
+  environment, ``env -i`` or ``sudo``, is still below the shell);
+- as *strays*: processes of the shell's user, started since a given moment (the call's or the
+  session's start, in clock ticks since boot), that are neither below the shell nor below another
+  channel of the same SSH login, nor tagged. A daemon that forked twice, called ``setsid`` and
+  rewrote its environment (``setproctitle``, perl's ``$0=``) or cleared it is one. Where the host
+  puts each SSH login in a cgroup of its own (systemd's ``session-N.scope``), only members of
+  the shell's cgroup are looked at, so every stray is this login's and is signalled with the
+  rest. Elsewhere nothing tells a stray of this call from one of another login of the same user
+  started at the same time: strays are reported, never signalled.
+
+The scripts print ``RBKILL <n>`` (processes signalled), ``RBUP <seconds since boot>``,
+``RBSCOPE cgroup|none`` and one ``RBSTRAY <pid> <name>`` line per stray left alone.
+This module does no I/O; nothing here runs a process.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+__all__ = ["KillScan", "kill_script", "parse_kill_output", "uptime_ticks"]
+
+CALL_ENV = "REMOTE_BASH_CALL"
+SESSION_ENV = "REMOTE_BASH_SESSION"
+ABORT_SIGNAL = "USR2"
+TICKS_PER_SECOND = 100
+"""USER_HZ: the unit of process start times in /proc/PID/stat, fixed by the Linux ABI."""
+
+
+@dataclass
+class KillScan:
+    """What one run of a :func:`kill_script` reported."""
+
+    count: int = 0
+    """Processes found (and signalled, unless the signal was ``0``)."""
+    uptime: int | None = None
+    """The host's clock since boot when the script started, in ticks."""
+    cgroup: bool = False
+    """True when the shell's login has a cgroup of its own, so that strays were signalled."""
+    strays: list[tuple[int, str]] = field(default_factory=list)
+    """Strays left alone (no cgroup to tell whose they are): pid and process name."""
+
+
+def uptime_ticks(text: str) -> int | None:
+    """``12345.67`` (from /proc/uptime) in ticks; None when it is not that shape."""
+    match = re.fullmatch(r"(\d+)(?:\.(\d{1,2}))?", text.strip())
+    if not match:
+        return None
+    return int(match.group(1)) * TICKS_PER_SECOND + int((match.group(2) or "0").ljust(2, "0"))
+
+
+def parse_kill_output(output: str) -> KillScan:
+    """Read the report lines of a :func:`kill_script` run; anything else is ignored."""
+    scan = KillScan()
+    for line in output.splitlines():
+        head, _, rest = line.partition(" ")
+        if head == "RBKILL" and rest.strip().isdigit():
+            scan.count = int(rest)
+        elif head == "RBUP":
+            scan.uptime = uptime_ticks(rest)
+        elif head == "RBSCOPE":
+            scan.cgroup = rest.strip() == "cgroup"
+        elif head == "RBSTRAY":
+            pid, _, name = rest.partition(" ")
+            if pid.isdigit():
+                scan.strays.append((int(pid), name.strip()[:64]))
+    return scan
+
+
+# The stray finder. Input: every /proc/PID/stat line (pid, (name), state, ppid, ... starttime is
+# the 22nd field) and every /proc/PID/status (its Pid: and Uid: lines). Variables: S the shell, M
+# the script itself, T the start tick, C the candidates (" pid pid ", or "*" for all), X pids to
+# leave out (tagged). A stray has the shell's user, started at T or later, and was orphaned: going
+# up its parents while they are the user's, the chain ends at init (or at a parent that is gone),
+# not at the shell, the shell's parent (the sshd serving every channel of this login), the script,
+# or a process of another user (sshd serving another login, cron). Kernel threads never count.
+_STRAY_AWK = r"""
+/^Pid:/ { cp = $2; next }
+/^Uid:/ { uid[cp] = $2; next }
+/^[^0-9]/ { next }
+{ s = $0; n = s; sub(/^[^(]*\(/, "", n); sub(/\)[^)]*$/, "", n); sub(/^.*\) /, "", s);
+  split(s, f, " "); if (int(f[7] / 2097152) % 2) next
+  pp[$1] = f[2]; st[$1] = f[20]; nm[$1] = n }
+END {
+  if (!(S in uid)) exit
+  P = pp[S]
+  for (x in pp) {
+    if (x == S || x == M || x == P || st[x] + 0 < T + 0) continue
+    if (C != "*" && index(C, " " x " ") == 0) continue
+    if (index(X, " " x " ") > 0 || !(x in uid) || uid[x] != uid[S]) continue
+    y = x; out = 0
+    for (i = 0; i < 64; i++) {
+      if (y == S || y == P || y == M) break
+      q = pp[y]
+      if (!(q in pp) || q <= 1) { out = 1; break }
+      if (uid[q] != uid[S]) break
+      y = q
+    }
+    if (out) { gsub(/[^A-Za-z0-9._:@\/+-]/, "?", nm[x]); print x, nm[x] }
+  }
+}
+"""
+
+
+def _stray_block(shell_pid: int, since: int) -> str:
+    """Find strays (see the module docstring); in a login's own cgroup they join ``$p``."""
+    return (
+        # The shell's cgroup: the v2 line, or systemd's v1 hierarchy. Only a login's own scope
+        # (pam_systemd's session-N.scope) is trusted to hold nothing but this login.
+        "cg=; cv=; while IFS= read -r l; do case $l in 0::/*) cg=${l#0::};; "
+        f"*:name=systemd:/*) cv=${{l#*:name=systemd:}};; esac; done 2>/dev/null </proc/{shell_pid}/cgroup\n"
+        "cd_=\n"
+        "case $cg in */session-*.scope) m=$(awk '/ - cgroup2 /{print $5; exit}' /proc/self/mountinfo "
+        '2>/dev/null); [ -n "$m" ] && [ -r "$m$cg/cgroup.procs" ] && cd_=$m$cg;; esac\n'
+        'if [ -z "$cd_" ]; then case $cv in */session-*.scope) m=$(awk \'/ - cgroup / && /name=systemd/'
+        '{print $5; exit}\' /proc/self/mountinfo 2>/dev/null); [ -n "$m" ] && [ -r "$m$cv/cgroup.procs" ] '
+        '&& cd_=$m$cv;; esac; fi\n'
+        'if [ -n "$cd_" ]; then c=" $(tr \'\\n\' \' \' <"$cd_/cgroup.procs" 2>/dev/null) "; '
+        'echo "RBSCOPE cgroup"; else c="*"; echo "RBSCOPE none"; fi\n'
+        # Tagged processes are another call's or session's (or already in $p).
+        f"x=\" $(cd /proc 2>/dev/null && grep -lsxzE '({CALL_ENV}|{SESSION_ENV})=[0-9a-f]+' [0-9]*/environ "
+        "2>/dev/null | sed 's,/environ,,' | tr '\\n' ' ') $p \"\n"
+        "s=$({ cat /proc/[0-9]*/stat; cat /proc/[0-9]*/status; } 2>/dev/null | "
+        f"awk -v S={shell_pid} -v M=$$ -v T={since} -v C=\"$c\" -v X=\"$x\" '{_STRAY_AWK}')\n"
+        'if [ -n "$cd_" ]; then for y in $(echo "$s" | awk \'{print $1}\'); do p="$p $y"; done\n'
+        'else echo "$s" | while read -r y n; do [ -n "$y" ] && echo "RBSTRAY $y $n"; done; fi\n'
+    )
+
+
+def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_pid: int | None = None,
+                exclude_self: bool = False, below: int | None = None, untagged_only: bool = False,
+                since: int | None = None) -> str:
+    """A POSIX sh script that signals every process whose environment holds ``match``
+    (``NAME=value``), and ``also_pid`` if given, then prints ``RBKILL <count>`` of the
+    processes it found. ``signal`` ``0`` only counts.
+
+    With ``below``, the descendants of that pid (the shell) are added too: all of them, or with
+    ``untagged_only`` those that carry no call tag at all. With ``since`` (ticks since boot) and
+    ``below``, strays started since then are looked for as well (see the module docstring).
+    """
+    if not re.fullmatch(r"[A-Z_]+=[A-Za-z0-9_]+", match):
+        raise ValueError(f"bad process tag {match!r}")
+    if signal not in ("0", "INT", "TERM", "KILL", "HUP"):
+        raise ValueError(f"bad signal {signal!r}")
+    extra = f"kill -0 {also_pid} 2>/dev/null && p=\"$p {also_pid}\"\n" if also_pid else ""
+    abort = f"kill -s {ABORT_SIGNAL} {abort_pid} 2>/dev/null\n" if abort_pid else ""
+    tree = ""
+    if below:
+        keep = (f'grep -qsz "^{CALL_ENV}=." "/proc/$x/environ" && continue; ' if untagged_only else "")
+        awk_walk = (
+            # Without /proc/PID/task/TID/children: parent pids of every process, then a walk.
+            "d=$(cat /proc/[0-9]*/stat 2>/dev/null | awk '{ s = $0; sub(/^.*\\) /, \"\", s); "
+            "split(s, f, \" \"); print $1, f[2] }' | awk -v r=" + str(below) + " '{ k[$2] = k[$2] \" \" $1 } "
+            "END { q = r; while (q != \"\") { n = split(q, a, \" \"); q = \"\"; for (i = 1; i <= n; i++) "
+            "{ m = split(k[a[i]], c, \" \"); for (j = 1; j <= m; j++) { print c[j]; q = q \" \" c[j] } } } }')\n"
+        )
+        tree = (
+            # The descendants of `below`, level by level through the kernel's children lists: no
+            # process is started, and a shell with no children costs one file read.
+            f"d=; q={below}; i=0\n"
+            f"if [ -r /proc/{below}/task/{below}/children ]; then\n"
+            '  while [ -n "$q" ] && [ $i -lt 64 ]; do n=; i=$((i+1))\n'
+            '    for x in $q; do for f in /proc/$x/task/*/children; do c=; read -r c <"$f" 2>/dev/null; '
+            'n="$n $c"; done; done\n'
+            '    d="$d $n"; case $n in *[0-9]*) q=$n;; *) q=;; esac\n'
+            "  done\n"
+            "else\n"
+            f"  {awk_walk}"
+            "fi\n"
+            f"for x in $d; do [ \"$x\" = \"$$\" ] && continue; {keep}"
+            'case " $p " in *" $x "*) ;; *) p="$p $x";; esac; done\n'
+        )
+    strays = _stray_block(below, since) if below and since is not None else ""
+    return (
+        # The clock first: the caller dates the call's start on the host by it.
+        'up=; read -r up rest </proc/uptime 2>/dev/null; echo "RBUP $up"\n'
+        f"{abort}"
+        f"p=$(cd /proc 2>/dev/null && grep -lsxzF '{match}' [0-9]*/environ 2>/dev/null | sed 's,/environ,,')\n"
+        f"{extra}"
+        f"{tree}"
+        f"{strays}"
+        + ('q=; for x in $p; do [ "$x" = "$$" ] || q="$q $x"; done; p=$q\n' if exclude_self else "")
+        + "set -- $p\n"
+        f"if [ $# -gt 0 ] && [ {signal} != 0 ]; then kill -s {signal} \"$@\" 2>/dev/null; fi\n"
+        'echo "RBKILL $#"\n'
+    )
