@@ -132,7 +132,8 @@ def test_field_values(tmp_path: Path) -> None:
         args=("a", 1),
     )
     assert record["command"] == "echo héllo 日本 \ufffd"
-    assert record["kill"] == {"signals": ["INT", "KILL"], "survivors": 0, "shell_replaced": False}
+    assert record["kill"] == {"signals": ["INT", "KILL"], "survivors": 0, "shell_replaced": False, "cgroup": False,
+                              "unchecked": None}
     assert record["path"] == "/tmp/x"
     assert record["args"] == ["a", 1]
     assert "héllo 日本".encode() in log.path(HOST).read_bytes()
