@@ -156,7 +156,8 @@ def frame_command(command: str, token: CallToken, names: ShellNames) -> bytes:
     ).encode()
 
 
-_HEREDOC = re.compile(r"<<(?!<)(-?)[ \t]*\\?(['\"]?)([^\s'\"<>|&;()]+)\2")
+_HEREDOC_OP = re.compile(r"(?<!<)<<(?!<)")
+_HEREDOC = re.compile(r"<<(-?)[ \t]*(?:'([^'\n]*)'|\"([^\"\n]*)\"|\\?([^\s'\"<>|&;()]+))")
 _CONTINUED = re.compile(r"(?:&&|\|\||\||\|&)\Z")
 
 
@@ -177,8 +178,12 @@ def status_line_safe(command: str) -> bool:
         return True
     lines = command.split("\n")
     for at, line in enumerate(lines):
-        for match in _HEREDOC.finditer(line):
-            strip_tabs, word = match.group(1) == "-", match.group(3)
+        for op in _HEREDOC_OP.finditer(line):
+            match = _HEREDOC.match(line, op.start())
+            if match is None:
+                return False
+            strip_tabs = match.group(1) == "-"
+            word = next(g for g in match.groups()[1:] if g is not None)
             if not any((body.lstrip("\t") if strip_tabs else body) == word for body in lines[at + 1:]):
                 return False
     return True

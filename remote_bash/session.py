@@ -2,9 +2,11 @@
 
 A session owns one SSH connection and one long-lived ``bash`` on an exec channel. Calls
 run one after the other (a lock), each framed by a sentinel unique to the call. When a
-call outruns its deadline, the processes it started are found on the remote host by the
-tag in their environment and signalled INT, then TERM, then KILL, over a second channel;
-the shell survives unless it is the shell itself that is stuck.
+call outruns its deadline, the processes it started are found on the remote host (by the
+tag in their environment, below the shell, and as strays started since the call began:
+see :mod:`remote_bash.reaper`) and signalled INT, then TERM, then KILL, over a second
+channel; the shell survives unless it is the shell itself that is stuck. A kill never
+claims more than it checked: what it could not tell is said in ``KillReport.unchecked``.
 
 This module never retries a command: a lost connection ends the call with an error, and
 only the *next* call reconnects. Every command is audited before it is sent; a command

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -132,3 +133,58 @@ def test_kill_report_is_read_from_the_script_output() -> None:
     assert parse_kill_output("RBKILL 0\nRBSCOPE cgroup\n").cgroup
     assert parse_kill_output("").count == 0
     assert parse_kill_output("RBKILL x\nRBUP ?\n").uptime is None
+
+
+_REPORTS = [b"bash: line 24: 1778 Killed                  sleep 100", b"Terminated", b"Killed",
+            b"[1]+  Killed                  sleep 5", b"bash: line 1: 99 Hangup  x | y"]
+
+
+@settings(max_examples=300)
+@given(lines=st.lists(st.one_of(st.sampled_from(_REPORTS), st.binary(max_size=60).filter(lambda b: b"\n" not in b)),
+                      max_size=12),
+       cuts=st.lists(st.integers(0, 800), max_size=10))
+def test_kill_noise_filter_drops_exactly_the_job_reports(lines: list[bytes], cuts: list[int]) -> None:
+    from remote_bash.framing import _JOB_NOISE, KillNoiseFilter
+
+    stream = b"".join(line + b"\n" for line in lines)
+    noise = KillNoiseFilter()
+    out = b"".join(noise.feed(piece) for piece in chunked(stream, cuts)) + noise.flush()
+    assert out == b"".join(line + b"\n" for line in lines if not _JOB_NOISE.fullmatch(line))
+    for line in lines:
+        if line in _REPORTS:
+            assert line not in out.split(b"\n")
+
+
+@pytest.mark.parametrize(("command", "safe"), [
+    ("echo hi", True), ("echo hi # comment", True), ("sleep 1 &", True), ("echo a \\\\", True),
+    ("echo a \\", False), ("true &&", False), ("false ||", False), ("ls |", False), ("ls |&", False),
+    ("cat <<EOF\nx\nEOF", True), ("cat <<-EOF\n\tx\n\tEOF\necho after", True), ("cat <<'E F'\nx", False),
+    ("cat <<EOF\nx", False), ("cat <<< word", True), ("echo $((1<<2))", False),
+    ("cat <<'E F'\nx\nE F", True), ("cat <<\\EOF\nx\nEOF", True),
+])
+def test_status_line_is_added_only_where_bash_parses_it_alone(command: str, safe: bool) -> None:
+    from remote_bash.framing import status_line_safe
+
+    assert status_line_safe(command) is safe
+    frame = frame_command(command, CallToken.new(), ShellNames.new())
+    assert (b"$_rbq" in frame) is safe
+
+
+@settings(max_examples=60, deadline=None)
+@given(command=st.text(alphabet="ab<'\"\\|&;\n\t E$()#-", max_size=30))
+def test_status_line_never_changes_what_bash_runs(command: str) -> None:
+    """Where the status line is added, bash runs the command's own text exactly as without it."""
+    import subprocess
+
+    from remote_bash.framing import status_line_safe
+
+    if not status_line_safe(command):
+        return
+    script = "a() { echo A; }; b() { echo B; }; E() { echo E; }\n"
+    plain = subprocess.run(["bash", "-c", script + 'eval "$1" 2>&1; echo "[$?]"', "x", command],
+                           capture_output=True, timeout=10, check=False)
+    status_line = 's=; eval "$1"$\'\\n{ s=$?;} 2>/dev/null\' 2>&1; t=$?; echo "[${s:-$t}]"'
+    framed = subprocess.run(["bash", "-c", script + status_line, "x", command],
+                            capture_output=True, timeout=10, check=False)
+    strip = re.compile(rb"line \d+")
+    assert strip.sub(b"", plain.stdout) == strip.sub(b"", framed.stdout)
