@@ -169,6 +169,8 @@ def status_line_safe(command: str) -> bool:
     part of its text). When in doubt, False: the only cost is a second run of an ``ERR`` trap.
     """
     text = command.rstrip(" \t\n")
+    if command.startswith("-"):
+        return False  # `eval` would read it (and the line after it) as options
     if _CONTINUED.search(text):
         return False
     backslashes = len(text) - len(text.rstrip("\\"))
