@@ -135,10 +135,10 @@ def frame_command(command: str, token: CallToken, names: ShellNames) -> bytes:
     abort signal's trap breaks out of, with stdin on /dev/null and stdout/stderr on the channel
     (bash restores the shell's own when the ``eval`` returns, so a command's ``exec >file`` or
     ``exec 1>&-`` lasts until the end of its call and cannot blind the next one); then the
-    framing function in a silenced group: it captures ``$?``, suspends ``set -x``/``-v`` and
-    history, prepares the next call and writes the sentinel. The status capture shares the
-    eval's line on purpose: after a syntax error inside ``eval``, bash misreads a reserved word
-    that starts the next line.
+    framing function, silent because the shell's own stderr is /dev/null outside the ``eval``: it
+    captures ``$?``, suspends ``set -x``/``-v`` and history, prepares the next call and writes the
+    sentinel. The status capture shares the eval's line on purpose: after a syntax error inside
+    ``eval``, bash misreads a reserved word that starts the next line.
 
     ``$_rbq``, added when :func:`status_line_safe` says the text can take a line after it,
     records the status inside the ``eval`` so that the ``eval`` itself succeeds: a user's ``ERR``
@@ -152,7 +152,7 @@ def frame_command(command: str, token: CallToken, names: ShellNames) -> bytes:
     return (
         f"_rbc={shell_quote(command)};{CALL_ENV}={token.call_id};"
         f'for _rbl in 1;do eval "$_rbp$_rbc{tail}" <&{NULL_FD} >&{SENTINEL_FD} 2>&1;done;'
-        f"{{ {names.after} {token.call_id} {token.second};}} 2>&{NULL_FD}\n"
+        f"{names.after} {token.call_id} {token.second}\n"
     ).encode()
 
 
@@ -202,11 +202,12 @@ def _functions(names: ShellNames) -> list[str]:
         f"{names.after}() {{ _rbs=${{_rbs:-$?}}; _rbf=$-; unset -f builtin eval; builtin set +xv; "
         f"builtin unset -v _rbc; builtin export {CALL_ENV}=; "
         f"builtin trap 'break 1000 2>/dev/null' {ABORT_SIGNAL}; "
-        f"_rbp=; _rbq=$'\\n{{ _rbs=$? _rbh=1;}} 2>&{NULL_FD}'; "
-        'case $_rbf in *v*) _rbp=" -${_rbf//[!xv]/}"; _rbq=;; *x*) _rbp=" -x";; esac; '
+        # Under set -x the status line runs silenced ($_rbX), so that it is not traced.
+        'case $_rbf in *v*) _rbp=" -${_rbf//[!xv]/}" _rbq=;; *x*) _rbp=" -x" _rbq=$_rbX;; '
+        "*) _rbp= _rbq=$_rbN;; esac; "
         # History turned on by this very command recorded the status line: take it out again.
         '[[ -o history ]] && { [[ $_rbh ]] && builtin history -d -1; builtin set +o history; '
-        '_rbp+=" -o history"; _rbq=; }; '
+        '_rbp+=" -o history" _rbq=; }; '
         "[[ $_rbp ]] && _rbp=\"builtin set$_rbp\"$'\\n'; "
         f"builtin printf '\\036RB%s%s:%s\\036' \"$1\" \"$2\" \"$_rbs\" >&{SENTINEL_FD}; _rbs= _rbh=; }}",
     ]
@@ -222,7 +223,9 @@ def init_script(token: CallToken, names: ShellNames, env: dict[str, str], ulimit
     """
     lines = [
         "builtin set +o history 2>/dev/null",
-        f"exec {SENTINEL_FD}>&1 {NULL_FD}<>/dev/null",
+        # The shell's own stderr goes to /dev/null: only the eval's (set per call) reaches the
+        # channel, so the framing's traces and errors never do.
+        f"exec {SENTINEL_FD}>&1 {NULL_FD}<>/dev/null 2>&{NULL_FD}",
         "builtin unset HISTFILE PROMPT_COMMAND",
         # A command substitution whose child dies of SIGINT makes a non-interactive bash kill
         # itself with SIGINT, and `kill 0` (the `trap "kill 0" EXIT` idiom) signals the shell's
@@ -230,6 +233,8 @@ def init_script(token: CallToken, names: ShellNames, env: dict[str, str], ulimit
         # and children still get the default action.
         "builtin trap : INT TERM HUP",
         *_functions(names),
+        # The status lines (see frame_command), plain and silenced, set once.
+        f"_rbN=$'\\n_rbs=$? _rbh=1' _rbX=$'\\n{{ _rbs=$? _rbh=1;}} 2>&{NULL_FD}'",
     ]
     merged = {**NONINTERACTIVE_ENV, **env}
     for key, value in merged.items():
@@ -248,7 +253,7 @@ def init_script(token: CallToken, names: ShellNames, env: dict[str, str], ulimit
         "builtin printf 'RBINFO %s|%s|%s|%s|%s\\n' \"$$\" \"$BASH_VERSION\" "
         "\"${OSTYPE-} ${_rbk:-?} ${HOSTTYPE-}\" \"${USER:-${LOGNAME-}}\" \"${_rbu-}\""
     )
-    lines.append(f"{{ {names.after} {token.call_id} {token.second};}} 2>&{NULL_FD}")
+    lines.append(f"{names.after} {token.call_id} {token.second}")
     return ("\n".join(lines) + "\n").encode()
 
 
