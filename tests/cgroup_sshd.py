@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from remote_bash import sandbox
+from remote_bash.sandbox import _sshd
 from remote_bash.models import Host
 
 from .sshd import TestHosts
@@ -91,13 +92,13 @@ def cgroup_sshd(hosts: TestHosts, name: str) -> Iterator[tuple[Host, Path]]:
         f"session required {pam_exec} {hook}\n"
     )
     link.symlink_to(sshd)
-    original = sandbox.find_sshd
-    sandbox.find_sshd = lambda: str(link)  # the PAM service is named after the program
+    original = _sshd.find_sshd
+    _sshd.find_sshd = lambda: str(link)  # the PAM service is named after the program
     try:
         try:
             host = hosts.start(name, extra_config=("UsePAM yes",))
         finally:
-            sandbox.find_sshd = original
+            _sshd.find_sshd = original
         yield host, root
     finally:
         server = hosts.servers.pop(name, None)
