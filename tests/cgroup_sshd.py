@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from remote_bash import sandbox
-from remote_bash.sandbox import _sshd
 from remote_bash.models import Host
+from remote_bash.sandbox import _sshd
 
 from .sshd import TestHosts
 

@@ -207,6 +207,11 @@ def test_the_readmes_first_command_runs_claudes_commands_in_the_sandbox(operator
 
 
 @pytest.mark.skipif(not IS_ROOT or find_sshd() is None, reason="the local backend needs root and sshd")
+def _sandbox_users() -> set[str]:
+    return {line.split(":", 1)[0] for line in Path("/etc/passwd").read_text().splitlines()
+            if line.startswith("rb-sandbox-")}
+
+
 def test_local_backend_refuses_when_the_operators_home_is_open_to_others(operator: dict[str, str],
                                                                          tmp_path: Path) -> None:
     import tempfile
@@ -215,11 +220,13 @@ def test_local_backend_refuses_when_the_operators_home_is_open_to_others(operato
     try:
         open_home.chmod(0o755)
         env = {**operator, "HOME": str(open_home)}
+        before = _sandbox_users()
         out = cli(env, "exec", "--backend", "local", "--", "id")
         assert out.returncode == 125
         assert f"the sandbox user could read {open_home}" in out.stderr
         assert "chmod 700" in out.stderr
-        assert "rb-sandbox-" not in Path("/etc/passwd").read_text()
+        # the refused sandbox's user is gone again (sandboxes started elsewhere meanwhile are not ours)
+        assert not _sandbox_users() - before
     finally:
         open_home.rmdir()
 
