@@ -1,29 +1,65 @@
-"""Who may be reached, and how a session to an inventory host is put together.
+"""Who may be reached: the one gate that every path to a host goes through.
 
-The gate refuses, before any connection is made, a host that is not in the inventory (or
-whose address differs from the inventory's), a host outside the allowlist pattern, and a
-jump host outside it; every refusal is written to the host's audit log as ``host.denied``.
-``open_session`` builds a :class:`RemoteBashSession` with jump hosts resolved, the gate,
-credentials, the audit log and redaction wired in: the CLI and the fleet use it alike.
+A :class:`Gate` holds an inventory and an optional allowlist pattern. Before anything is
+connected it refuses a host when any hop of its route is not in the inventory, points at an
+address the inventory does not give it, or is outside the allowlist; the route is the host's
+jump hosts, theirs, and so on (recursively, from the inventory), first hop first. A route that
+differs from the inventory's (a jump host left out, or one added) is refused too, so no caller can
+reach a host by a way the inventory does not describe. Every refusal raises
+:class:`~remote_bash.errors.HostNotAllowed` and is written to the host's audit log as
+``host.denied``, naming the hop.
+
+The CLI (``exec``, ``shell``, ``run``, ``check``), the fleet (``fleet exec``, ``fleet run``, the
+coordinator), a :class:`~remote_bash.session.RemoteBashSession` made from an inventory host, and
+any server mode use the same object: a session calls its gate before it connects.
+
+What this module must never do: connect, do I/O other than the audit record of a refusal, or
+import the session (the session imports this module).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
 from .errors import HostNotAllowed, SelectionError
 from .inventory import Inventory
-from .models import Host
-from .session import AuditSink, CredentialSource, Redactor, RemoteBashSession
+from .models import Host, inventory_of
 
-__all__ = ["HostGate", "jump_chain", "open_session"]
+__all__ = ["Gate", "Refusal", "jump_chain"]
 
 
-class HostGate:
-    """Checks a host and its jump hosts against the inventory and an allowlist pattern."""
+class _AuditSink(Protocol):
+    async def awrite(self, host: str, event: str, /, **fields: Any) -> dict[str, Any]: ...
 
-    def __init__(self, inventory: Inventory, allow: str | None = None, audit: AuditSink | None = None) -> None:
+
+class Refusal:
+    """Why a host may not be reached: the hop refused and the reason, in a sentence."""
+
+    __slots__ = ("hop", "host", "why")
+
+    def __init__(self, host: str, hop: str, why: str) -> None:
+        self.host, self.hop, self.why = host, hop, why
+
+    def error(self) -> HostNotAllowed:
+        return HostNotAllowed(f"refused before connecting: {self.why}", host=self.host)
+
+
+class Gate:
+    """Checks a host and its whole route against the inventory and an allowlist pattern.
+
+    ::
+
+        gate = Gate(inventory, allow="web:&staging", audit=AuditLog(dir))
+        await gate(host, jumps)        # raises HostNotAllowed (audited) or returns
+        gate.route(host)               # [first jump, ..., host], from the inventory
+        gate.admits("web-1")           # the same decision, without I/O
+
+    ``audit`` receives the ``host.denied`` records; ``None`` writes none (the caller records
+    the refusal, or nobody needs it).
+    """
+
+    def __init__(self, inventory: Inventory, allow: str | None = None, audit: _AuditSink | None = None) -> None:
         self.inventory = inventory
         self.allow = allow
         self.audit = audit
@@ -34,8 +70,14 @@ class HostGate:
             frozenset(h.name for h in inventory.select(allow)) if allow is not None else None
         )
 
+    def with_audit(self, audit: _AuditSink | None) -> Gate:
+        """The same decisions, with refusals written to ``audit``."""
+        other = Gate.__new__(Gate)
+        other.inventory, other.allow, other.allowed, other.audit = self.inventory, self.allow, self.allowed, audit
+        return other
+
     def problem(self, host: Host, role: str = "host") -> str | None:
-        """Why ``host`` may not be reached, or None when it may."""
+        """Why ``host`` itself may not be reached (its route aside), or None when it may."""
         known = self.inventory.hosts.get(host.name)
         if known is None:
             return f"{role} {host.name!r} is not in the inventory ({self.inventory.path or 'in memory'})"
@@ -46,60 +88,101 @@ class HostGate:
             return f"{role} {host.name!r} is outside this session's allowlist {self.allow!r}"
         return None
 
-    async def __call__(self, host: Host, jumps: Sequence[Host]) -> None:
-        checks = [(host, "host"), *((j, f"jump host (for {host.name})") for j in jumps)]
-        for target, role in checks:
-            why = self.problem(target, role)
-            if why is None:
-                continue
+    def route(self, host: Host) -> list[Host]:
+        """The inventory's route to ``host``: its jump hosts, first hop first, then ``host``.
+
+        A host the inventory does not know has the route ``[host]`` (the gate refuses it).
+        """
+        if host.name not in self.inventory.hosts:
+            return [host]
+        try:
+            return [*jump_chain(self.inventory, self.inventory.hosts[host.name]), host]
+        except SelectionError:  # an inventory built in code, with a broken route: refusal() says why
+            return [host]
+
+    def refusal(self, host: Host, jumps: Sequence[Host] | None = None) -> Refusal | None:
+        """Why ``host`` may not be reached through ``jumps`` (default: the inventory's route)."""
+        why = self.problem(host)
+        if why is not None:
+            return Refusal(host.name, host.name, why)
+        try:
+            expected = jump_chain(self.inventory, self.inventory.hosts[host.name])
+        except SelectionError as exc:
+            return Refusal(host.name, host.name, exc.message)
+        given = expected if jumps is None else list(jumps)
+        role = f"jump host (for {host.name})"
+        # What would be dialled first is checked first; then the inventory's own route, so a
+        # jump host's own jump host is checked even when a caller left it out.
+        for hop in [*given, *expected]:
+            why = self.problem(hop, role)
+            if why is not None:
+                return Refusal(host.name, hop.name, why)
+        if [h.name for h in given] != [h.name for h in expected]:
+            differs = next((g.name for g, e in zip(given, expected, strict=False) if g.name != e.name),
+                           (given[len(expected):] or expected[len(given):])[0].name)
+            return Refusal(host.name, differs, f"the route to {host.name!r} ({_path(given, host)}) is not the "
+                                           f"inventory's ({_path(expected, host)})")
+        return None
+
+    def admits(self, name: str) -> bool:
+        """True when the inventory host ``name`` may be reached by its inventory route."""
+        host = self.inventory.hosts.get(name)
+        return host is not None and self.refusal(host) is None
+
+    def admitted(self, names: Iterable[str]) -> list[Host]:
+        """The inventory hosts among ``names`` that may be reached, with every hop of their routes."""
+        hops: dict[str, Host] = {}
+        for name in names:
+            if self.admits(name):
+                hops.update((h.name, h) for h in self.route(self.inventory.hosts[name]))
+        return list(hops.values())
+
+    async def check(self, host: Host, jumps: Sequence[Host] | None = None) -> list[Host]:
+        """The route to connect by (jump hosts first, ``host`` last), or HostNotAllowed, audited."""
+        refused = self.refusal(host, jumps)
+        if refused is not None:
             if self.audit is not None:
-                await self.audit.awrite(host.name, "host.denied", address=host.address, denied=target.name,
-                                        error=why)
-            raise HostNotAllowed(f"refused before connecting: {why}", host=host.name)
+                await self.audit.awrite(host.name, "host.denied", address=host.address, denied=refused.hop,
+                                        error=refused.why)
+            raise refused.error()
+        return [*(self.route(host)[:-1] if jumps is None else jumps), host]
+
+    async def __call__(self, host: Host, jumps: Sequence[Host]) -> None:
+        """What a session calls before it connects to ``host`` through ``jumps``."""
+        await self.check(host, jumps)
+
+    @classmethod
+    def of(cls, host: Host, audit: _AuditSink | None = None) -> Gate | None:
+        """The gate of the inventory ``host`` was loaded from, or None for a host made in code."""
+        inventory = inventory_of(host)
+        return cls(inventory, audit=audit) if isinstance(inventory, Inventory) else None
 
 
-def jump_chain(inventory: Inventory, host: Host) -> list[Host]:
-    """The jump hosts of ``host``, first hop first, each expanded with its own jump hosts."""
+def _path(jumps: Sequence[Host], host: Host) -> str:
+    return " -> ".join([*(h.name for h in jumps), host.name])
+
+
+def jump_chain(inventory: Inventory, host: Host, _through: tuple[str, ...] = ()) -> list[Host]:
+    """The jump hosts of ``host``, first hop first, each expanded with its own jump hosts.
+
+    Raises SelectionError for a jump host the inventory does not have, or a cycle (a loaded
+    inventory has neither; one built in code may).
+    """
+    through = (*_through, host.name)
     chain: list[Host] = []
     seen: set[str] = {host.name}
     for name in host.jump:
-        hop = inventory.host(name)
+        hop = inventory.hosts.get(name)
+        if hop is None:
+            raise SelectionError(f"jump host {name!r} of {host.name} is not in the inventory", host=host.name)
+        if name in through:
+            raise SelectionError("jump hosts form a cycle: " + " -> ".join([*through, name]), host=host.name)
         if hop.name in seen:
             continue
-        for inner in jump_chain(inventory, hop):
+        for inner in jump_chain(inventory, hop, through):
             if inner.name not in seen:
                 chain.append(inner)
                 seen.add(inner.name)
         chain.append(hop)
         seen.add(hop.name)
     return chain
-
-
-def open_session(
-    inventory: Inventory,
-    name: str,
-    *,
-    allow: str | None = None,
-    audit: AuditSink | None = None,
-    redactor: Redactor | None = None,
-    credentials: CredentialSource | None = None,
-    gate: HostGate | None = None,
-    **session_options: Any,
-) -> RemoteBashSession:
-    """A session (not yet connected) to inventory host ``name``, gated by ``allow``.
-
-    A name the inventory does not know still gets a session object, whose first use is
-    refused by the gate (and audited as ``host.denied``) before anything is connected.
-    """
-    known = inventory.hosts.get(name)
-    host = known if known is not None else Host(name=name, hostname=name)
-    gate = gate or HostGate(inventory, allow, audit)
-    return RemoteBashSession(
-        host,
-        jump_hosts=jump_chain(inventory, host) if known is not None else [],
-        credentials=credentials,
-        audit=audit,
-        redactor=redactor,
-        gate=gate,
-        **session_options,
-    )

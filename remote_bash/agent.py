@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ._paths import open_private, private_dir, state_dir, write_private
 from .errors import RemoteBashError
+from .facts import describe
 from .models import CommandResult
 from .session import RemoteBashSession
 from .tool import TOOL_NAME, TOOL_TYPE, Approver, BashTool
@@ -501,13 +502,13 @@ class _Loop:
 def _system_blocks(session: RemoteBashSession, extra: str | None) -> list[dict[str, Any]]:
     host = session.host
     info = session.info
-    user = info.user if info and info.user else host.user or "?"
-    os_name = info.os if info and info.os else "unknown OS"
-    bash = info.bash_version if info and info.bash_version else "unknown"
+    # What the host reports is checked and marked as data: a hostile host must not write here.
+    reported = describe(info.user, info.os, info.bash_version) if info else describe(None, None, None)
     prompt = f"""\
 You are working on a real machine over SSH, through the bash tool.
 
-Host: {host.name} ({host.hostname}), logged in as {user}; {os_name}; bash {bash}.
+Host: {host.name} ({host.hostname}), as named in the operator's inventory.
+{reported}.
 Every command runs on that host, in one persistent bash session: the working directory, \
 variables and functions carry over from one command to the next. {{"restart": true}} gives a \
 clean shell.

@@ -40,13 +40,13 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._paths import private_dir, write_private
+from .access import Gate, jump_chain
 from .errors import (
     AccessDenied,
     ConnectError,
     ConnectionLost,
     PolicyDenied,
     RemoteBashError,
-    SelectionError,
 )
 from .fleet_run import (
     Conversation,
@@ -61,7 +61,7 @@ from .inventory import Inventory
 from .models import CommandResult, Host
 from .policy import check_command
 from .redact import Redactor
-from .session import KILL_GRACE, AuditSink, CredentialSource, HostGate, RemoteBashSession
+from .session import KILL_GRACE, AuditSink, CredentialSource, HostGate, RemoteBashSession, default_audit
 from .tool import BashTool, _get
 from .tool import _result as _tool_block
 
@@ -249,17 +249,22 @@ def _from_command(host: Host, res: CommandResult, started: float, attempts: int)
 class SessionFactory:
     """Makes a host's session the way the fleet commands need it.
 
-    A host's ``jump`` names become the inventory hosts passed as ``jump_hosts``; the host's
-    ``redact`` patterns (and the built-in secret formats) mask its output; ``audit``, ``gate``,
-    ``credentials`` and ``operator`` are shared by every session.
+    Every session goes through ``gate`` (default: the inventory's own :class:`~remote_bash.access.Gate`,
+    refusals audited), which also gives the route: a host's jump hosts, and theirs, first hop first.
+    ``audit`` defaults to the default audit directory, as for a lone session; ``audit=False`` and
+    ``gate=False`` turn them off, by name. The host's ``redact`` patterns (and the built-in secret
+    formats) mask its output; ``credentials`` and ``operator`` are shared by every session.
     """
 
-    def __init__(self, inventory: Inventory, *, audit: AuditSink | None = None, gate: HostGate | None = None,
-                 credentials: CredentialSource | None = None, operator: str | None = None,
-                 redact: bool = True, kill_grace: float = KILL_GRACE) -> None:
+    def __init__(self, inventory: Inventory, *, audit: AuditSink | Literal[False] | None = None,
+                 gate: HostGate | Literal[False] | None = None, credentials: CredentialSource | None = None,
+                 operator: str | None = None, redact: bool = True, kill_grace: float = KILL_GRACE) -> None:
         self.inventory = inventory
+        if audit is None:
+            audit = default_audit(Redactor(sorted({p for h in inventory.hosts.values() for p in h.redact})))
         self.audit = audit
-        self.gate = gate
+        self.gate: HostGate | Literal[False] = (
+            Gate(inventory, audit=self.audit or None) if gate is None else gate)
         self.credentials = credentials
         self.operator = operator
         self.redact = redact
@@ -267,16 +272,13 @@ class SessionFactory:
         self._redactors: dict[tuple[str, ...], Redactor] = {}
 
     def jump_hosts(self, host: Host) -> list[Host]:
-        """The inventory hosts named by ``host.jump``, first hop first."""
-        missing = [name for name in host.jump if name not in self.inventory.hosts]
-        if missing:
-            raise SelectionError(f"jump host {missing[0]!r} of {host.name} is not in the inventory",
-                                 host=host.name)
-        return [self.inventory.hosts[name] for name in host.jump]
+        """The route's jump hosts of ``host``, first hop first, their own jump hosts included."""
+        if isinstance(self.gate, Gate):
+            return self.gate.route(host)[:-1]
+        return jump_chain(self.inventory, host)
 
-    def __call__(self, host: Host) -> RemoteBashSession:
-        redactor = None
-        if self.redact:
+    def __call__(self, host: Host, *, redactor: Redactor | None = None) -> RemoteBashSession:
+        if redactor is None and self.redact:
             key = tuple(host.redact)
             if key not in self._redactors:
                 self._redactors[key] = Redactor(key)

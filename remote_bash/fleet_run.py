@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ConnectError, ConnectionLost, RemoteBashError
+from .facts import describe
 from .inventory import Inventory
 from .models import Host
 from .session import RemoteBashSession
@@ -561,13 +562,16 @@ class _Coordinator:
             info = session.info if session is not None else None
             where = f"- {host.name} ({host.hostname})"
             if info is None:
+                # The error's class only: its message may quote what the host printed.
                 exc = self.work[host.name].connect_error
-                why = _message(exc) if exc is not None else "not connected"
+                why = type(exc).__name__ if exc is not None else "not connected"
                 lines.append(f"{where}: could not be reached when the run began ({why}); a call to it tries again.")
                 continue
-            lines.append(f"{where}: logged in as {info.user or host.user or '?'}; {info.os or 'unknown OS'}; "
-                         f"bash {info.bash_version or 'unknown'}. Each command must finish within "
-                         f"{host.command_timeout:g} s; output is cut to {host.output_limit:,} characters.")
+            # What a host reports is checked and marked as data: one host must not write the
+            # instructions that drive all the others.
+            lines.append(f"{where}: {describe(info.user, info.os, info.bash_version)}. Each command must "
+                         f"finish within {host.command_timeout:g} s; output is cut to {host.output_limit:,} "
+                         f"characters.")
         host_lines = "\n".join(lines)
         return f"""\
 You are working on several real machines over SSH, through the remote_bash tool. Each call names \

@@ -31,7 +31,7 @@ from remote_bash._paths import config_dir
 from remote_bash._ssh_config import parse_ssh_config, ssh_options
 from remote_bash._yaml_lines import MAX_FILE_BYTES, MAX_NODES, Where, parse_yaml, read_text
 from remote_bash.errors import InventoryError, SelectionError
-from remote_bash.models import Host
+from remote_bash.models import Host, _set_inventory
 
 __all__ = [
     "MAX_FILE_BYTES",
@@ -574,4 +574,8 @@ def load_inventory(
     text = read_text(file, "inventory file")
     doc, lines = parse_yaml(text, str(file))
     ssh_path = Path(ssh_config_path).expanduser() if ssh_config_path is not None else None
-    return _Builder(file, lines, ssh_path).build(doc)
+    inventory = _Builder(file, lines, ssh_path).build(doc)
+    for host in inventory.hosts.values():
+        # A session made from one of these hosts alone is gated by this inventory (access.Gate.of).
+        _set_inventory(host, inventory)
+    return inventory

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 __all__ = [
     "ApproveRule",
@@ -20,6 +20,7 @@ __all__ = [
     "RegexApproveRule",
     "ResourceLimits",
     "WritesOutsideRule",
+    "inventory_of",
 ]
 
 DEFAULT_TIMEOUT = 120.0
@@ -94,8 +95,25 @@ ApproveRule = Literal["privilege", "packages", "services", "deletions"] | RegexA
 """One approval rule: a named class of commands, a regular expression, or writes outside paths."""
 
 
+class _Origin:
+    """The inventory a host was loaded from, so a session made from the host alone is still gated
+    by it. Provenance, not identity: it never makes two hosts unequal."""
+
+    __slots__ = ("inventory",)
+
+    def __init__(self) -> None:
+        self.inventory: object | None = None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Origin)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable holder, compared only inside a Host
+
+
 class Host(_Config):
     """One host remote_bash may reach, as the inventory resolved it."""
+
+    _origin: _Origin = PrivateAttr(default_factory=_Origin)
 
     name: str = Field(min_length=1)
     """The inventory name; what the audit log, the CLI and errors call the host."""
@@ -193,6 +211,15 @@ class Host(_Config):
     def address(self) -> str:
         """``hostname:port``, as written in audit records."""
         return f"{self.hostname}:{self.port}"
+
+
+def inventory_of(host: Host) -> object | None:
+    """The inventory ``host`` was loaded from (``load_inventory``), or None for a host made in code."""
+    return host._origin.inventory
+
+
+def _set_inventory(host: Host, inventory: object) -> None:
+    host._origin.inventory = inventory
 
 
 class KillReport(_Config):

@@ -25,10 +25,11 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from . import framing, reaper
 from ._ssh import Credentials, ShellChannel, SshConnection, connect
+from .access import Gate
 from .errors import (
     AccessDenied,
     AuditError,
@@ -41,7 +42,7 @@ from .errors import (
 )
 from .models import CommandResult, Host, KillReport
 
-__all__ = ["AuditSink", "RemoteBashSession", "RemoteInfo", "SessionState"]
+__all__ = ["AuditSink", "RemoteBashSession", "RemoteInfo", "SessionState", "default_audit"]
 
 KILL_GRACE = 1.0
 """Seconds to wait after each signal before escalating to the next."""
@@ -79,6 +80,20 @@ class RemoteInfo:
 
 CredentialSource = Callable[[Host], Credentials | Awaitable[Credentials]]
 HostGate = Callable[[Host, Sequence[Host]], Awaitable[None] | None]
+
+
+def default_audit(redactor: Redactor | None = None) -> AuditSink:
+    """An audit log in the default audit directory, the one the CLI writes to: what a session
+    writes to unless told otherwise."""
+    from typing import cast
+
+    from .audit import AuditLog, default_audit_dir
+    from .redact import Redactor as _BuiltinRedactor
+
+    log = AuditLog(default_audit_dir(), redactor=redactor if isinstance(redactor, _BuiltinRedactor) else None)
+    # AuditLog.awrite takes host and event positional-only, as AuditSink says; the cast is for the
+    # keyword names of **fields, which a Protocol cannot spell out.
+    return cast("AuditSink", log)
 
 
 class _Call:
@@ -177,28 +192,34 @@ class RemoteBashSession:
         self,
         host: Host,
         *,
-        jump_hosts: Sequence[Host] = (),
+        jump_hosts: Sequence[Host] | None = None,
         credentials: CredentialSource | None = None,
-        audit: AuditSink | None = None,
+        audit: AuditSink | Literal[False] | None = None,
         redactor: Redactor | None = None,
-        gate: HostGate | None = None,
+        gate: HostGate | Literal[False] | None = None,
         operator: str | None = None,
         kill_grace: float = KILL_GRACE,
     ) -> None:
+        """``audit`` and ``gate`` are safe unless turned off by name: ``audit`` defaults to the
+        host's log in the default audit directory (``audit=False``: no log); ``gate`` defaults to
+        the gate of the inventory ``host`` was loaded from, when it was (``gate=False``: none).
+        ``jump_hosts`` defaults to the gate's route, else to none."""
         self.host = host
-        self.jump_hosts = list(jump_hosts)
         self.session_id = uuid.uuid4().hex[:12]
         self.operator = operator or _operator()
         self.info: RemoteInfo | None = None
         self.state = SessionState.NEW
         self._credentials = credentials or _default_credentials
-        self._audit = audit
         if redactor is None:
             from .redact import Redactor as _BuiltinRedactor
 
             redactor = _BuiltinRedactor(host.redact)
         self._redactor = redactor
-        self._gate = gate
+        self._audit: AuditSink | None = default_audit(redactor) if audit is None else audit or None
+        self._gate: HostGate | None = (Gate.of(host, self._audit) if gate is None else gate or None)
+        if jump_hosts is None:
+            jump_hosts = self._gate.route(host)[:-1] if isinstance(self._gate, Gate) else ()
+        self.jump_hosts = list(jump_hosts)
         self._kill_grace = kill_grace
         self._lock = asyncio.Lock()
         self._conn: SshConnection | None = None

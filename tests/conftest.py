@@ -18,6 +18,22 @@ from .sshd import TestHosts, make_test_hosts
 pytest_plugins = ["remote_bash.testing", "pytester", "tests.docker_env"]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _default_audit_dir() -> Iterator[Path]:
+    """Sessions audit to the default directory unless told otherwise: in the tests, a private one,
+    never the audit log of whoever runs them."""
+    root = Path(tempfile.mkdtemp(prefix="rb-audit-"))
+    previous = os.environ.get("REMOTE_BASH_AUDIT_DIR")
+    os.environ["REMOTE_BASH_AUDIT_DIR"] = str(root / "audit")
+    try:
+        yield root / "audit"
+    finally:
+        if previous is None:
+            os.environ.pop("REMOTE_BASH_AUDIT_DIR", None)
+        else:
+            os.environ["REMOTE_BASH_AUDIT_DIR"] = previous
+
+
 @pytest.fixture(scope="session")
 def hosts() -> Iterator[TestHosts]:
     root = Path(tempfile.mkdtemp(prefix="rb-sshd-"))

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from remote_bash.access import HostGate, jump_chain
+from remote_bash.access import Gate, jump_chain
 from remote_bash.inventory import load_inventory
 from remote_bash.sandbox import SshdServer, shared_sshd_config
 
@@ -230,7 +230,7 @@ def test_example_inventory_matches_the_compose_hosts() -> None:
     assert set(services[db.hostname]["networks"]) & set(services["web-1"]["networks"])
     assert [h.name for h in jump_chain(inventory, db)] == ["web-1"]
     assert [h.name for h in inventory.select("role=web")] == ["web-1", "web-2"]
-    gate = HostGate(inventory, "lab")
+    gate = Gate(inventory, "lab")
     assert gate.problem(db) is None
     assert gate.problem(inventory.host("web-1"), "jump host") is None
-    assert HostGate(inventory, "db-1").problem(inventory.host("web-1"), "jump host") is not None
+    assert Gate(inventory, "db-1").problem(inventory.host("web-1"), "jump host") is not None

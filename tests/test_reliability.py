@@ -43,7 +43,7 @@ from remote_bash import (
     RemoteBashError,
     RemoteBashSession,
 )
-from remote_bash.access import open_session
+from remote_bash.access import Gate
 from remote_bash.audit import AuditLog
 from remote_bash.framing import clean_text, shell_quote
 from remote_bash.inventory import MAX_FILE_BYTES, load_inventory
@@ -845,7 +845,10 @@ async def test_host_outside_the_allowlist_is_never_connected(shared_host: Host, 
             "behind": {"hostname": shared_host.hostname, "port": shared_host.port, "jump": ["outside"]},
         }))
 
-        session = open_session(inventory, "outside", allow="inside", audit=audit)
+        def open_session(name: str, allow: str) -> RemoteBashSession:
+            return RemoteBashSession(inventory.hosts[name], gate=Gate(inventory, allow, audit), audit=audit)
+
+        session = open_session("outside", allow="inside")
         with pytest.raises(HostNotAllowed) as err:
             await asyncio.wait_for(session.run("touch /tmp/never"), 10)
         assert_names_host(err.value, session.host)
@@ -853,14 +856,14 @@ async def test_host_outside_the_allowlist_is_never_connected(shared_host: Host, 
         assert "refused before connecting" in str(err.value)
 
         # A jump host outside the allowlist is refused the same way, before any hop is dialled.
-        behind = open_session(inventory, "behind", allow="behind", audit=audit)
+        behind = open_session("behind", allow="behind")
         with pytest.raises(HostNotAllowed) as err:
             await asyncio.wait_for(behind.run("true"), 10)
         assert "jump host" in str(err.value)
         assert "'outside'" in str(err.value)
 
         # Through the tool: an error result, never an exception.
-        tool = BashTool(open_session(inventory, "outside", allow="inside", audit=audit))
+        tool = BashTool(open_session("outside", allow="inside"))
         result = await tool.handle({"id": "toolu_out", "name": "bash", "input": {"command": "id"}})
         assert result["is_error"] is True
         assert result["content"].startswith("Error: refused before running")

@@ -31,7 +31,7 @@ from keyring.backends import fail
 from keyrings.alt.file import PlaintextKeyring
 
 from remote_bash import _ssh, credentials
-from remote_bash.access import HostGate
+from remote_bash.access import Gate
 from remote_bash.credentials import acredentials_for, credentials_for, reset_keyring_state, set_secret
 from remote_bash.errors import ConnectError, HostKeyChanged, HostKeyError, SelectionError
 from remote_bash.inventory import Inventory
@@ -308,7 +308,7 @@ def test_host_outside_the_allowlist_is_refused_before_connecting(
 def test_an_empty_allowlist_pattern_is_an_error(allowed: Host, pattern: str) -> None:
     inventory = Inventory(hosts={"sec-allowed": allowed})
     with pytest.raises(SelectionError, match="allowlist pattern is empty"):
-        HostGate(inventory, pattern)
+        Gate(inventory, pattern)
 
 
 def test_host_not_in_the_inventory_is_refused_before_connecting(allowed: Host, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from ._output import PROG, _err, _UsageError
 
 if TYPE_CHECKING:
     from remote_bash._ssh import Credentials
+    from remote_bash.access import Gate
     from remote_bash.audit import AuditLog
     from remote_bash.inventory import Inventory
     from remote_bash.models import Host
@@ -103,6 +104,12 @@ class _Context:
         text = self._keyring_key()
         return None if text is None else parse_key(text, "the audit key in the OS keyring")
 
+    def gate(self, inventory: Inventory, audit: AuditSink | None) -> Gate:
+        """The one gate for this run: the inventory, ``--allow``, refusals written to ``audit``."""
+        from remote_bash.access import Gate
+
+        return Gate(inventory, self.allow, audit)
+
     def audit(self, redactor: Redactor | None) -> AuditSink:
         # AuditLog.awrite takes host and event positional-only, which session.AuditSink does not
         # spell out; the call sites pass them positionally, so the cast is sound.
@@ -121,37 +128,41 @@ def _pick_host(inventory: Inventory, name: str | None) -> str:
 async def _session(ctx: _Context, inventory: Inventory, name: str,
                    wrap_audit: Callable[[AuditSink], AuditSink] | None = None) -> tuple[RemoteBashSession, Redactor]:
     """A session to ``name`` (not connected yet) and its redactor, which also masks the host's keyring
-    secrets, so a command that prints one never shows it on screen or in the audit log."""
-    from remote_bash.access import open_session
-    from remote_bash.redact import Redactor
+    secrets, so a command that prints one never shows it on screen or in the audit log.
 
-    host = inventory.hosts.get(name)
-    creds = await _credentials(ctx, inventory, [host] if host is not None else [])
-    redactor = Redactor(host.redact if host is not None else (), _literals(creds.values()))
+    A name the inventory does not know still gets a session object, whose first use is refused
+    by the gate (and audited as ``host.denied``) before anything is connected.
+    """
+    from remote_bash.models import Host
+    from remote_bash.redact import Redactor
+    from remote_bash.session import RemoteBashSession
+
+    known = inventory.hosts.get(name)
+    host = known if known is not None else Host(name=name, hostname=name)
+    creds = await _credentials(ctx, inventory, [host] if known is not None else [])
+    redactor = Redactor(host.redact, _literals(creds.values()))
     audit = ctx.audit(redactor)
-    session = open_session(inventory, name, allow=ctx.allow, audit=wrap_audit(audit) if wrap_audit else audit,
-                           redactor=redactor, credentials=_source(creds))
+    if wrap_audit is not None:
+        audit = wrap_audit(audit)
+    gate = ctx.gate(inventory, audit)
+    session = RemoteBashSession(host, jump_hosts=gate.route(host)[:-1], credentials=_source(creds), audit=audit,
+                                redactor=redactor, gate=gate)
     return session, redactor
 
 
 async def _credentials(ctx: _Context, inventory: Inventory, hosts: Sequence[Host]) -> dict[str, Credentials]:
     """The credentials of ``hosts`` and their jump hosts, looked up now, so their secrets are known to
     the redactors. Hosts the gate will refuse are left out: the keyring is not even asked for them."""
-    from remote_bash.access import jump_chain
     from remote_bash.credentials import acredentials_for
     from remote_bash.errors import SelectionError
 
     try:
-        allowed = {h.name for h in inventory.select(ctx.allow)} if ctx.allow is not None else set(inventory.hosts)
+        gate = ctx.gate(inventory, None)
     except SelectionError:
-        return {}  # the gate says why
-    hops: dict[str, Host] = {}
-    for host in hosts:
-        chain = [*jump_chain(inventory, host), host]
-        if all(hop.name in allowed for hop in chain):
-            hops.update((hop.name, hop) for hop in chain)
-    found = await asyncio.gather(*(acredentials_for(hop) for hop in hops.values()))
-    return dict(zip(hops, found, strict=True))
+        return {}  # the gate says why, when the session asks it
+    hops = gate.admitted(h.name for h in hosts)
+    found = await asyncio.gather(*(acredentials_for(hop) for hop in hops))
+    return {hop.name: creds for hop, creds in zip(hops, found, strict=True)}
 
 
 def _literals(creds: Iterable[Credentials]) -> list[str]:

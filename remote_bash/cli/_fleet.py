@@ -41,25 +41,19 @@ class _Progress:
 async def _fleet_sessions(ctx: _Context, inventory: Inventory, pattern: str) -> Callable[[Host], Any]:
     """The fleet's session factory: the gate, the audit log, credentials, and redactors that also
     mask each host's keyring secrets."""
-    from remote_bash.access import HostGate
     from remote_bash.fleet import SessionFactory
     from remote_bash.redact import Redactor
-    from remote_bash.session import RemoteBashSession
 
     selected = inventory.select(pattern)
     creds = await _credentials(ctx, inventory, selected)
     patterns = sorted({p for h in selected for p in h.redact})
     audit = ctx.audit(Redactor(patterns, _literals(creds.values())))
-    factory = SessionFactory(inventory, audit=audit, gate=HostGate(inventory, ctx.allow, audit),
-                             credentials=_source(creds))
+    factory = SessionFactory(inventory, audit=audit, gate=ctx.gate(inventory, audit), credentials=_source(creds))
 
-    def make(host: Host) -> RemoteBashSession:
-        secrets = _literals(creds[h] for h in [*host.jump, host.name] if h in creds)
-        if not secrets:
-            return factory(host)
-        return RemoteBashSession(host, jump_hosts=factory.jump_hosts(host), credentials=factory.credentials,
-                                 audit=audit, redactor=Redactor(host.redact, secrets), gate=factory.gate,
-                                 operator=factory.operator, kill_grace=factory.kill_grace)
+    def make(host: Host) -> Any:
+        route = [*factory.jump_hosts(host), host]
+        secrets = _literals(creds[h.name] for h in route if h.name in creds)
+        return factory(host, redactor=Redactor(host.redact, secrets) if secrets else None)
 
     return make
 
