@@ -118,8 +118,11 @@ class Gate:
             if why is not None:
                 return Refusal(host.name, hop.name, why)
         if [h.name for h in given] != [h.name for h in expected]:
-            differs = next((g.name for g, e in zip(given, expected, strict=False) if g.name != e.name),
-                           (given[len(expected):] or expected[len(given):])[0].name)
+            names = {h.name for h in given}
+            missing = [h.name for h in expected if h.name not in names]
+            extra = [h.name for h in given if h.name not in {e.name for e in expected}]
+            in_order = [g.name for g, e in zip(given, expected, strict=False) if g.name != e.name]
+            differs = (missing or extra or in_order)[0]
             return Refusal(host.name, differs, f"the route to {host.name!r} ({_path(given, host)}) is not the "
                                            f"inventory's ({_path(expected, host)})")
         return None

@@ -108,8 +108,9 @@ class HostResult(_Model):
     """The inventory name of the host."""
     status: Status
     """``ok`` (exit 0); ``failed`` (non-zero exit, or the shell died); ``timed_out`` (killed at the
-    deadline); ``unreachable`` (no connection, so nothing ran); ``refused`` (the command policy
-    refused it, so nothing was sent); ``error`` (anything else, e.g. the connection died while the
+    deadline); ``unreachable`` (no connection, so nothing ran); ``refused`` (the gate refused the host
+    or a hop of its route, so nothing was connected, or the command policy refused the command,
+    so nothing was sent); ``error`` (anything else, e.g. the connection died while the
     command ran: its effects are unknown); ``skipped`` (not started, after a failure with fail_fast)."""
     exit_code: int | None = None
     """The command's exit status; ``None`` when it did not run to its end."""
@@ -437,6 +438,8 @@ class FleetPool:
                 return _result(host, "refused", started, error=denied)
             attempts, error = await self._start(session)
             if error is not None:
+                if isinstance(error, AccessDenied):  # the gate refused a hop: nothing was dialled
+                    return _result(host, "refused", started, error=error, attempts=0)
                 reached = not isinstance(error, ConnectError | ConnectionLost)
                 return _result(host, "error" if reached else "unreachable", started, error=error,
                                attempts=attempts)
