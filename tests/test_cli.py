@@ -408,7 +408,7 @@ def test_fleet_exec_recap_json_and_output_dir(env: dict[str, str], tmp_path: Pat
 
     allowed = cli(env, "--allow", "cli-b", "fleet", "exec", "cli-a,cli-b", "--json", "--", "true")
     statuses = {r["host"]: r["status"] for r in json.loads(allowed.stdout)["results"]}
-    assert statuses == {"cli-a": "error", "cli-b": "ok"}
+    assert statuses == {"cli-a": "refused", "cli-b": "ok"}
     assert "host.denied" in [r["event"] for r in audit_records(env, "cli-a")]
 
 

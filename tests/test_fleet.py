@@ -460,3 +460,77 @@ async def test_host_bash_tool_dispatches_per_host(mixed: Fleet) -> None:
         other = await tool.handle({"id": "t11", "name": "bash", "input": {}})
         assert other["is_error"]
         assert "remote_bash" in other["content"]
+
+
+# -- the package's shape ----------------------------------------------------------------------------
+
+FLEET_ORDER = ["results", "pool", "recap", "host_tool", "conversation", "per_host", "coordinator", "runner"]
+
+
+def _imports(path: Path) -> set[str]:
+    """The remote_bash modules ``path`` imports at run time, anywhere in the file (functions
+    included), ``if TYPE_CHECKING:`` blocks aside."""
+    import ast
+
+    package = "remote_bash" + "".join(f".{p}" for p in path.parent.relative_to(Path(fleet.__file__).parents[1]).parts)
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            return
+        if isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            module = f"{base}.{node.module}".strip(".") if node.module else base
+            if node.module:
+                found.add(module)
+            found.update(f"{module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return {m for m in found if m.startswith("remote_bash.")}
+
+
+def test_the_fleet_packages_modules_import_downwards_only() -> None:
+    root = Path(fleet.__file__).parent
+    assert sorted(p.stem for p in root.glob("*.py")) == sorted([*FLEET_ORDER, "__init__"])
+    for index, name in enumerate(FLEET_ORDER):
+        inside = {m.split(".")[2] for m in _imports(root / f"{name}.py") if m.startswith("remote_bash.fleet.")}
+        above = inside - set(FLEET_ORDER[:index])
+        assert not above, f"fleet.{name} imports {above}, which are not below it"
+    # Nothing below the fleet imports it back (the CLI, above it, may).
+    package = root.parent
+    for path in package.glob("*.py"):
+        assert not {m for m in _imports(path) if m.startswith("remote_bash.fleet")}, path.name
+
+
+def test_the_gate_the_session_and_the_facts_are_in_no_import_cycle() -> None:
+    package = Path(fleet.__file__).parents[1]
+
+    def module_path(name: str) -> Path | None:
+        rel = Path(*name.split(".")[1:])
+        if not rel.parts:
+            return None
+        for candidate in (package / rel.with_suffix(".py"), package / rel / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+        return None
+
+    def reach(start: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [start]
+        while todo:
+            path = module_path(todo.pop())
+            if path is None:
+                continue
+            for m in _imports(path):
+                if m not in seen and module_path(m) is not None:
+                    seen.add(m)
+                    todo.append(m)
+        return seen
+
+    for name in ("remote_bash.access", "remote_bash.facts", "remote_bash.session", "remote_bash.fleet.pool",
+                 "remote_bash.fleet.runner", "remote_bash.fleet.coordinator"):
+        assert name not in reach(name), f"{name} imports itself back"

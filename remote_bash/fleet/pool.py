@@ -1,26 +1,16 @@
-"""Fan-out: one command, or a task for Claude, on many hosts at once, each host in its own persistent session.
+"""Sessions for many hosts: made through the gate, opened within ``forks`` slots, kept for reuse.
 
-::
-
-    result = await fleet.exec(inventory, "web:&prod", "df -h /", forks=20, timeout=30)
-    print(fleet.format_recap(result))
-
-    done = await fleet.run(inventory, "web", "free up disk space under /var/log", serial=2)
-    print(fleet.format_run_recap(done))
-
-:func:`run` and its results live in :mod:`remote_bash.fleet_run` and are re-exported here.
-
-Every selected host gets its own :class:`~remote_bash.session.RemoteBashSession`, so its own
-timeout, command policy, limits and audit trail apply. At most ``forks`` hosts are worked on at
-once, and at most ``inventory.group_forks[g]`` hosts of a group ``g``. A slow, unreachable or
-failing host only ever shows up as its own :class:`HostResult`: it never stalls or aborts the others.
+:class:`FleetPool` holds one session per host, made by a :class:`SessionFactory` (the inventory's
+gate and route, the audit log, redaction), opened inside the host's slot: at most ``forks`` hosts
+at once, and at most ``inventory.group_forks[g]`` of a group ``g``. :func:`exec` runs one command
+across a pattern's hosts with it.
 
 What this module must never do:
 
 * run a command twice. Only the *connect* step is retried, and only when the server dropped the
   connection before or during the handshake (sshd's ``MaxStartups`` under a burst of connects);
   a command that was sent is never re-sent, whatever happened to it;
-* print, or read argv: the CLI does that with :func:`format_recap` and :func:`write_output_dir`;
+* let one host's failure stall or abort the others: it is that host's :class:`HostResult`;
 * leave a session open: :class:`FleetPool` closes every session it opened, also on cancellation.
 """
 
@@ -28,64 +18,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import random
-import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from remote_bash.access import Gate, jump_chain
+from remote_bash.errors import AccessDenied, ConnectError, ConnectionLost, PolicyDenied, RemoteBashError
+from remote_bash.inventory import Inventory
+from remote_bash.models import CommandResult, Host
+from remote_bash.policy import check_command
+from remote_bash.redact import Redactor
+from remote_bash.session import KILL_GRACE, AuditSink, CredentialSource, HostGate, RemoteBashSession, default_audit
 
-from ._paths import private_dir, write_private
-from .access import Gate, jump_chain
-from .errors import (
-    AccessDenied,
-    ConnectError,
-    ConnectionLost,
-    PolicyDenied,
-    RemoteBashError,
-)
-from .fleet_run import (
-    Conversation,
-    FleetRun,
-    HostRun,
-    count_statuses,
-    format_run_recap,
-    run,
-    write_run_output_dir,
-)
-from .inventory import Inventory
-from .models import CommandResult, Host
-from .policy import check_command
-from .redact import Redactor
-from .session import KILL_GRACE, AuditSink, CredentialSource, HostGate, RemoteBashSession, default_audit
-from .tool import BashTool, _get
-from .tool import _result as _tool_block
+from .results import FleetProgress, FleetResult, HostResult, HostRun, Status, _first_line
 
-__all__ = [
-    "Conversation",
-    "FleetPool",
-    "FleetProgress",
-    "FleetResult",
-    "FleetRun",
-    "HostBashTool",
-    "HostResult",
-    "HostRun",
-    "OutputGroup",
-    "SessionFactory",
-    "exec",
-    "fleet_exec",
-    "format_recap",
-    "format_run_recap",
-    "run",
-    "write_output_dir",
-    "write_run_output_dir",
-]
-
-Status = Literal["ok", "failed", "unreachable", "timed_out", "refused", "error", "skipped"]
+__all__ = ["CONNECT_ATTEMPTS", "RETRY_DELAYS", "FleetPool", "SessionFactory", "exec", "fleet_exec"]
 
 CONNECT_ATTEMPTS = 3
 """Connection attempts per host when the server drops the connection during the handshake."""
@@ -94,128 +42,6 @@ RETRY_DELAYS = (0.2, 0.5, 1.0)
 at random, so the hosts a burst dropped do not all come back at the same instant."""
 
 
-# -- results ---------------------------------------------------------------------------------------
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class HostResult(_Model):
-    """What happened on one host."""
-
-    host: str
-    """The inventory name of the host."""
-    status: Status
-    """``ok`` (exit 0); ``failed`` (non-zero exit, or the shell died); ``timed_out`` (killed at the
-    deadline); ``unreachable`` (no connection, so nothing ran); ``refused`` (the gate refused the host
-    or a hop of its route, so nothing was connected, or the command policy refused the command,
-    so nothing was sent); ``error`` (anything else, e.g. the connection died while the
-    command ran: its effects are unknown); ``skipped`` (not started, after a failure with fail_fast)."""
-    exit_code: int | None = None
-    """The command's exit status; ``None`` when it did not run to its end."""
-    duration: float = 0.0
-    """Seconds from taking the host's slot to its result, connecting included."""
-    output: str = ""
-    """stdout and stderr interleaved, bounded by the host's ``output_limit`` (partial on timeout)."""
-    first_line: str = ""
-    """The first non-blank line of the output, stripped."""
-    error: str | None = None
-    """What went wrong, in a sentence, when the command did not simply run."""
-    error_type: str | None = None
-    """The remote_bash error class behind ``error`` (``ConnectionRefused``, ``PolicyDenied``, ...)."""
-    attempts: int = 0
-    """Connect attempts: 1 normally (also when an open session was reused), more when a dropped
-    handshake was retried, 0 when no connection was tried (refused, skipped)."""
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-
-class OutputGroup(_Model):
-    """Hosts whose command printed exactly the same text (trailing whitespace aside)."""
-
-    output: str
-    hosts: list[str]
-
-
-_EXIT_2: frozenset[str] = frozenset({"unreachable", "timed_out", "error", "skipped"})
-
-
-class FleetResult(_Model):
-    """The outcome of one command across the selected hosts."""
-
-    command: str
-    """The command as sent to every host."""
-    pattern: str
-    """The host pattern the hosts were selected with."""
-    results: list[HostResult] = Field(default_factory=list)
-    """One per selected host, in inventory order."""
-    duration: float = 0.0
-    """Wall-clock seconds for the whole fan-out."""
-
-    @property
-    def ok(self) -> bool:
-        """True when the command exited 0 on every selected host."""
-        return all(r.ok for r in self.results)
-
-    @property
-    def counts(self) -> dict[str, int]:
-        """Hosts per status, only the statuses that occurred, in a fixed order."""
-        return count_statuses(get_args(Status), (r.status for r in self.results))
-
-    @property
-    def exit_code(self) -> int:
-        """The exit status for the CLI: 0 when every host is ok; 1 when the command ran everywhere
-        but failed or was refused somewhere; 2 when on some host it did not run to its end
-        (unreachable, timed out, error, or skipped by fail_fast). 2 wins over 1."""
-        statuses = {r.status for r in self.results}
-        if statuses & _EXIT_2:
-            return 2
-        return 0 if statuses <= {"ok"} else 1
-
-    def by_host(self) -> dict[str, HostResult]:
-        return {r.host: r for r in self.results}
-
-    def groups(self) -> list[OutputGroup]:
-        """Hosts whose command completed (``ok`` or ``failed``), grouped by identical output,
-        largest group first."""
-        found: dict[str, list[str]] = {}
-        for r in self.results:
-            if r.status in ("ok", "failed"):
-                found.setdefault(r.output.rstrip(), []).append(r.host)
-        ordered = sorted(found.items(), key=lambda item: -len(item[1]))  # stable: first seen first
-        return [OutputGroup(output=out, hosts=hosts) for out, hosts in ordered]
-
-    def to_json(self, *, indent: int | None = 2) -> str:
-        """The result as JSON, with ``ok``, ``exit_code`` and ``counts`` added."""
-        data = self.model_dump(mode="json")
-        data.update(ok=self.ok, exit_code=self.exit_code, counts=self.counts)
-        return json.dumps(data, indent=indent, ensure_ascii=False)
-
-
-@dataclass(frozen=True)
-class FleetProgress:
-    """A snapshot for a live display, sent when a host starts and when it ends."""
-
-    total: int
-    done: int
-    running: int
-    failed: int
-    """Hosts done with any status other than ``ok``."""
-    elapsed: float
-    last: HostResult | HostRun | None = None
-    """The result that just came in (a :class:`HostRun` for :func:`run`); ``None`` when a host just
-    started."""
-
-    @property
-    def waiting(self) -> int:
-        return self.total - self.done - self.running
-
-
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
 def _result(host: Host, status: Status, started: float, *, error: BaseException | str | None = None,
@@ -244,7 +70,6 @@ def _from_command(host: Host, res: CommandResult, started: float, attempts: int)
                    error=error)
 
 
-# -- sessions ----------------------------------------------------------------------------------------
 
 
 class SessionFactory:
@@ -539,173 +364,3 @@ async def exec(
 
 
 fleet_exec = exec
-
-
-# -- output ------------------------------------------------------------------------------------------
-
-
-def _seconds(value: float) -> str:
-    return f"{value:.2f}s" if value < 10 else f"{value:.1f}s"
-
-
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def format_recap(result: FleetResult, *, width: int = 120, max_names: int = 8, max_lines: int = 20) -> str:
-    """A table (host, status, exit, time, first line of output or error), a summary line, then
-    the distinct outputs (at most ``max_lines`` lines each) with the hosts that printed each."""
-    rows = [("HOST", "STATUS", "EXIT", "TIME", "OUTPUT")]
-    for r in result.results:
-        completed = r.status in ("ok", "failed")
-        shown = r.first_line if completed else _first_line(r.error or "") or r.first_line
-        rows.append((r.host, r.status, "-" if r.exit_code is None else str(r.exit_code),
-                     _seconds(r.duration), shown))
-    sizes = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = []
-    for row in rows:
-        head = "  ".join(cell.ljust(size) for cell, size in zip(row[:4], sizes, strict=True))
-        lines.append(f"{head}  {_clip(row[4], max(20, width - len(head) - 2))}".rstrip())
-    counts = ", ".join(f"{n} {status}" for status, n in result.counts.items())
-    lines.append("")
-    lines.append(f"{len(result.results)} hosts in {_seconds(result.duration)}: {counts or 'none selected'}")
-    for group in result.groups():
-        names = ", ".join(group.hosts[:max_names])
-        if len(group.hosts) > max_names:
-            names += f" and {len(group.hosts) - max_names} more"
-        noun = "host" if len(group.hosts) == 1 else "hosts"
-        body = group.output or "(no output)"
-        if "\n" not in body:
-            lines.append(f"\n{len(group.hosts)} {noun}: {_clip(body, width)}\n  ({names})")
-        else:
-            lines.append(f"\n{len(group.hosts)} {noun} ({names}):")
-            body_lines = body.splitlines()
-            lines.extend(f"  {_clip(line, width)}" for line in body_lines[:max_lines])
-            if len(body_lines) > max_lines:
-                more = len(body_lines) - max_lines
-                lines.append(f"  ... {more} more lines (all of them in the output directory)")
-    return "\n".join(lines) + "\n"
-
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
-
-
-def _file_name(host: str) -> str:
-    """A host name made safe as a file name: no separators, no leading dot."""
-    return _UNSAFE.sub("_", host).lstrip(".") or "_"
-
-
-def _output_path(root: Path, host: str, written: Sequence[Path]) -> Path:
-    """``root/<host>.txt``, numbered when two host names come out the same."""
-    name = _file_name(host)
-    path = root / f"{name}.txt"
-    n = 1
-    while path in written:
-        n += 1
-        path = root / f"{name}-{n}.txt"
-    return path
-
-
-def write_output_dir(result: FleetResult, directory: str | Path) -> list[Path]:
-    """Write ``<host>.txt`` per host: a few ``# key: value`` header lines, a blank line, the output."""
-    root = private_dir(directory, what="--output-dir")
-    written: list[Path] = []
-    for r in result.results:
-        path = _output_path(root, r.host, written)
-        header = {"host": r.host, "status": r.status, "exit": "-" if r.exit_code is None else r.exit_code,
-                  "duration": f"{r.duration:.3f}", "command": result.command.replace("\n", "\\n")}
-        if r.error:
-            header["error"] = r.error.replace("\n", " ")
-        text = "".join(f"# {k}: {v}\n" for k, v in header.items()) + "\n" + r.output
-        write_private(path, text.encode(), what="--output-dir")
-        written.append(path)
-    return written
-
-
-# -- the coordinator's tool -------------------------------------------------------------------------
-
-
-class HostBashTool:
-    """A custom tool, ``remote_bash``, with which one conversation drives the sessions of many hosts.
-
-    The built-in bash tool (``bash_20250124``) has a fixed input schema with no room for a host,
-    so a coordinator that talks to several hosts from one conversation needs a custom tool whose
-    input names the host (an enum of the selected hosts). The trade-off: Claude is trained on the
-    built-in bash tool and may use a custom one less fluently, and one conversation accumulates
-    every host's output; a conversation per host (``fleet run`` without ``--coordinator``) keeps
-    each context small and uses the built-in tool. Each host keeps its own persistent session from
-    the pool, so ``cd`` and variables persist per host. Results are the same ``tool_result`` blocks
-    that :class:`~remote_bash.tool.BashTool` builds, and nothing Claude sends raises.
-    """
-
-    name = "remote_bash"
-
-    def __init__(self, pool: FleetPool, hosts: Sequence[Host], *, timeout: float | None = None,
-                 on_output: Callable[[str, str], None] | None = None) -> None:
-        if not hosts:
-            raise ValueError("HostBashTool needs at least one host")
-        self.pool = pool
-        self.hosts = {h.name: h for h in hosts}
-        self.timeout = timeout
-        self.on_output = on_output
-        self._tools: dict[str, BashTool] = {}
-
-    def to_dict(self) -> dict[str, Any]:
-        """The tool definition sent to the Messages API."""
-        names = list(self.hosts)
-        return {
-            "name": self.name,
-            "description": (
-                "Run a bash command on one remote host, in that host's persistent shell (the working "
-                "directory, variables and background jobs persist per host between calls). Hosts: "
-                f"{', '.join(names)}. Output is stdout and stderr interleaved, truncated when long. "
-                "Set restart to true to replace a host's shell with a fresh one."
-            ),
-            "input_schema": {
-                "type": "object",
-                "properties": {
-                    "host": {"type": "string", "enum": names, "description": "The host to run on."},
-                    "command": {"type": "string", "description": "The bash command to run."},
-                    "restart": {"type": "boolean", "description": "Restart this host's shell instead."},
-                },
-                "required": ["host"],
-                "additionalProperties": False,
-            },
-        }
-
-    async def handle(self, tool_use: Any) -> dict[str, Any]:
-        """Run one ``tool_use`` block (an SDK object or a dict) and return its ``tool_result``."""
-        tool_use_id = _get(tool_use, "id")
-        if not isinstance(tool_use_id, str) or not tool_use_id:
-            raise ValueError("a tool_use block needs a non-empty string id")
-        name = _get(tool_use, "name")
-        if name not in (None, self.name):
-            return _tool_block(tool_use_id, f"Error: unknown tool {name!r}; the tool here is {self.name!r}.",
-                               True)
-        return await self.run(_get(tool_use, "input"), tool_use_id=tool_use_id)
-
-    async def run(self, tool_input: object, *, tool_use_id: str | None) -> dict[str, Any]:
-        """Check the host, then let that host's :class:`BashTool` check and run the rest."""
-        if not isinstance(tool_input, Mapping):
-            return _tool_block(tool_use_id, "Error: the input must be an object with 'host' and 'command'.",
-                               True)
-        host_name = tool_input.get("host")
-        if not isinstance(host_name, str) or host_name not in self.hosts:
-            allowed = ", ".join(self.hosts)
-            return _tool_block(tool_use_id, f"Error: unknown host {host_name!r}; the hosts are: {allowed}.",
-                               True)
-        host = self.hosts[host_name]
-        try:
-            session = await self.pool.connect(host)
-        except RemoteBashError as exc:
-            return _tool_block(tool_use_id, f"Error: could not reach {host_name}: {exc.message}", True)
-        tool = self._tools.get(host_name)
-        if tool is None or tool.session is not session:
-            on_output = self.on_output
-            tool = self._tools[host_name] = BashTool(
-                session, timeout=self.timeout,
-                on_output=None if on_output is None else (lambda text: on_output(host_name, text)))
-        block = await tool.run({k: v for k, v in tool_input.items() if k != "host"}, tool_use_id=tool_use_id)
-        block["tool_use_id"] = tool_use_id
-        return block
-
