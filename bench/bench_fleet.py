@@ -126,7 +126,7 @@ def asyncssh_gather(hosts: list[Host]) -> float:
 def raw_sessions(hosts: list[Host]) -> float:
     """RemoteBashSession start + run + close per host, gathered: fleet.exec without the fleet layer."""
     async def one(h: Host) -> str:
-        async with RemoteBashSession(h) as session:
+        async with RemoteBashSession(h, audit=False) as session:
             return (await session.run(COMMAND)).output
 
     async def go() -> float:
@@ -141,9 +141,8 @@ def raw_sessions(hosts: list[Host]) -> float:
 
 def fleet_exec(inventory: Inventory, forks: int, audit_dir: Path | None = None) -> float:
     async def go() -> float:
-        factory = None
-        if audit_dir is not None:
-            factory = fleet.SessionFactory(inventory, audit=AuditLog(audit_dir))
+        # Without an audit log unless one is given: the default would write to the user's own.
+        factory = fleet.SessionFactory(inventory, audit=AuditLog(audit_dir) if audit_dir is not None else False)
         start = time.perf_counter()
         result = await fleet.exec(inventory, "all", COMMAND, forks=forks, session_factory=factory)
         elapsed = time.perf_counter() - start
@@ -246,12 +245,14 @@ async def _memory_child(kind: str, inventory_file: Path) -> dict[str, float]:
     inventory = load_inventory(inventory_file)
     hosts = list(inventory.hosts.values())
     warm = Inventory(hosts={hosts[0].name: hosts[0]})
-    await fleet.exec(warm, "all", "true")  # imports and first-use caches, not per-session cost
+    # Imports and first-use caches, not per-session cost.
+    await fleet.exec(warm, "all", "true", session_factory=fleet.SessionFactory(warm, audit=False))
     await _asyncssh_gather(hosts[:1])
     gc.collect()
     before = rss_kb()
     if kind == "fleet":
-        async with fleet.FleetPool(inventory, forks=len(hosts)) as pool:
+        quiet = fleet.SessionFactory(inventory, audit=False)
+        async with fleet.FleetPool(inventory, forks=len(hosts), session_factory=quiet) as pool:
             result = await pool.run("all", "true")
             assert result.ok
             gc.collect()
