@@ -70,12 +70,6 @@ class Gate:
             frozenset(h.name for h in inventory.select(allow)) if allow is not None else None
         )
 
-    def with_audit(self, audit: _AuditSink | None) -> Gate:
-        """The same decisions, with refusals written to ``audit``."""
-        other = Gate.__new__(Gate)
-        other.inventory, other.allow, other.allowed, other.audit = self.inventory, self.allow, self.allowed, audit
-        return other
-
     def problem(self, host: Host, role: str = "host") -> str | None:
         """Why ``host`` itself may not be reached (its route aside), or None when it may."""
         known = self.inventory.hosts.get(host.name)
