@@ -38,6 +38,8 @@ from remote_bash.session import RemoteBashSession
 from .messages_server import MessagesServer, Reply, text, tool_use
 from .sshd import TestHosts
 
+pytestmark = pytest.mark.reliability
+
 CHAIN = ("j1", "j2", "target")
 
 

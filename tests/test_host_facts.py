@@ -106,6 +106,7 @@ def assert_facts_held_back(prompt: str) -> None:
     assert "os=invalid" in prompt
 
 
+@pytest.mark.reliability
 async def test_the_hostile_facts_reach_the_session_but_not_the_prompt(
     hostile: Host, server: MessagesServer, tmp_path: Path
 ) -> None:
@@ -142,6 +143,7 @@ def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=90, stdin=subprocess.DEVNULL)
 
 
+@pytest.mark.reliability
 def test_run_sends_the_checked_facts(hostile: Host, server: MessagesServer, tmp_path: Path) -> None:
     env = cli_env(tmp_path, server, hostile)
     server.add(Reply([text("done")]))
@@ -150,6 +152,7 @@ def test_run_sends_the_checked_facts(hostile: Host, server: MessagesServer, tmp_
     assert_facts_held_back(system_text(server.requests[0]))
 
 
+@pytest.mark.reliability
 def test_the_coordinators_prompt_holds_back_every_hosts_text(
     hostile: Host, mute: Host, web1: Host, server: MessagesServer, tmp_path: Path
 ) -> None:
