@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from remote_bash import fleet
 from remote_bash.access import Gate
@@ -37,8 +39,6 @@ from remote_bash.session import RemoteBashSession
 
 from .messages_server import MessagesServer, Reply, text, tool_use
 from .sshd import TestHosts
-
-pytestmark = pytest.mark.reliability
 
 CHAIN = ("j1", "j2", "target")
 
@@ -178,6 +178,7 @@ def _path_args(path: str) -> tuple[list[str], str | None, list[Reply]]:
 CLI_PATHS = ["exec", "shell", "check", "run", "fleet exec", "fleet run", "fleet run --coordinator"]
 
 
+@pytest.mark.reliability
 @pytest.mark.parametrize("path", CLI_PATHS)
 def test_every_cli_path_goes_through_the_whole_chain_or_is_refused_naming_the_hop(
     chain: Chain, tmp_path: Path, path: str
@@ -211,9 +212,41 @@ def test_every_cli_path_goes_through_the_whole_chain_or_is_refused_naming_the_ho
         assert hop in denied(audit_dir), (path, allow, denied(audit_dir), shown)
 
 
+# -- the gate's decisions, without a network -----------------------------------------------------------
+
+
+@given(st.data())
+def test_a_host_is_admitted_exactly_when_every_hop_of_its_route_is_allowed(data: st.DataObject) -> None:
+    count = data.draw(st.integers(1, 7))
+    names = [f"h{i}" for i in range(count)]
+    made: dict[str, Host] = {}
+    for i, name in enumerate(names):  # a host jumps only through later ones: no cycles
+        later = names[i + 1:]
+        jumps = data.draw(st.lists(st.sampled_from(later), unique=True, max_size=2)) if later else []
+        made[name] = Host(name=name, hostname=f"10.0.0.{i}", jump=jumps)
+    allowed = data.draw(st.sets(st.sampled_from(names), min_size=1))
+    gate = Gate(Inventory(hosts=made), ",".join(sorted(allowed)))
+
+    def closure(name: str) -> set[str]:
+        return {name}.union(*(closure(j) for j in made[name].jump))
+
+    for name in names:
+        assert gate.admits(name) == (closure(name) <= allowed)
+        route = gate.route(made[name])
+        assert route[-1].name == name
+        assert {h.name for h in route} == closure(name)
+        assert len(route) == len(closure(name))
+        where = {h.name: i for i, h in enumerate(route)}
+        assert all(where[j] < where[h.name] for h in route for j in h.jump), "a hop's own jump hosts come first"
+        refused = gate.refusal(made[name])
+        if refused is not None:
+            assert refused.hop in closure(name) - allowed
+
+
 # -- the Python API ---------------------------------------------------------------------------------
 
 
+@pytest.mark.reliability
 async def test_a_session_from_a_loaded_inventory_is_gated_by_it_and_takes_its_route(
     chain: Chain, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -256,6 +289,7 @@ async def test_a_session_from_a_loaded_inventory_is_gated_by_it_and_takes_its_ro
     assert [r["denied"] for r in audit.read("target") if r["event"] == "host.denied"] == ["j1"]
 
 
+@pytest.mark.reliability
 async def test_gate_false_is_the_only_way_to_skip_the_inventorys_gate(chain: Chain, tmp_path: Path) -> None:
     inventory = load_inventory(chain.inventory_file)
     stranger = Host(name="j9", hostname=chain.relays["j1"].address, port=chain.relays["j1"].port)
@@ -267,6 +301,7 @@ async def test_gate_false_is_the_only_way_to_skip_the_inventorys_gate(chain: Cha
         assert (await session.run(ECHO)).output == "through-42\n"
 
 
+@pytest.mark.reliability
 async def test_fleet_exec_takes_the_whole_route_and_its_gate(chain: Chain, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REMOTE_BASH_AUDIT_DIR", str(tmp_path / "audit"))
@@ -299,6 +334,7 @@ async def test_fleet_exec_takes_the_whole_route_and_its_gate(chain: Chain, tmp_p
 # -- safe defaults from Python ----------------------------------------------------------------------
 
 
+@pytest.mark.reliability
 async def test_a_session_audits_to_the_default_directory_unless_told_audit_false(
     hosts: TestHosts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -145,8 +145,8 @@ async def _session(ctx: _Context, inventory: Inventory, name: str,
     if wrap_audit is not None:
         audit = wrap_audit(audit)
     gate = ctx.gate(inventory, audit)
-    session = RemoteBashSession(host, jump_hosts=gate.route(host)[:-1], credentials=_source(creds), audit=audit,
-                                redactor=redactor, gate=gate)
+    # The session takes its route (the jump hosts, recursively) from the gate it checks it with.
+    session = RemoteBashSession(host, credentials=_source(creds), audit=audit, redactor=redactor, gate=gate)
     return session, redactor
 
 
