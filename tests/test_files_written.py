@@ -277,7 +277,7 @@ def test_output_dir_refuses_an_attacked_directory(tmp_path: Path, other: pwd.str
 def test_fleet_run_output_dir_refuses_an_attacked_directory(
     tmp_path: Path, other: pwd.struct_passwd, attack: str
 ) -> None:
-    from remote_bash.fleet_run import FleetRun, HostRun
+    from remote_bash.fleet import FleetRun, HostRun
 
     directory, why, target = ATTACKS[attack](tmp_path, other)
     run = FleetRun(task="t", pattern="all", mode="per-host", results=[HostRun(host="web-1", status="ok")])
