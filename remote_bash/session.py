@@ -23,8 +23,9 @@ import getpass
 import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from . import framing, reaper
@@ -82,15 +83,31 @@ CredentialSource = Callable[[Host], Credentials | Awaitable[Credentials]]
 HostGate = Callable[[Host, Sequence[Host]], Awaitable[None] | None]
 
 
-def default_audit(redactor: Redactor | None = None) -> AuditSink:
+def default_audit(redactor: Redactor | None = None, key_files: Mapping[str, Path | None] | None = None) -> AuditSink:
     """An audit log in the default audit directory, the one the CLI writes to: what a session
-    writes to unless told otherwise."""
+    writes to unless told otherwise. Keyed as the CLI's is: a host's ``audit_key_file`` (from
+    ``key_files``, by host name), else the OS keyring's key when ``audit key init`` put one there."""
     from typing import cast
 
-    from .audit import AuditLog, default_audit_dir
+    from .audit import AuditLog, default_audit_dir, keyring_marker, load_key_file, parse_key
     from .redact import Redactor as _BuiltinRedactor
 
-    log = AuditLog(default_audit_dir(), redactor=redactor if isinstance(redactor, _BuiltinRedactor) else None)
+    files = dict(key_files or {})
+    lookup: Callable[[], str | None] | None = None
+    if keyring_marker().exists():
+        from .credentials import audit_key_lookup
+
+        lookup = audit_key_lookup()
+
+    def key(host: str) -> bytes | None:
+        path = files.get(host)
+        if path is not None:
+            return load_key_file(path)
+        text = lookup() if lookup is not None else None
+        return None if text is None else parse_key(text, "the audit key in the OS keyring")
+
+    log = AuditLog(default_audit_dir(), redactor=redactor if isinstance(redactor, _BuiltinRedactor) else None,
+                   key=key)
     # AuditLog.awrite takes host and event positional-only, as AuditSink says; the cast is for the
     # keyword names of **fields, which a Protocol cannot spell out.
     return cast("AuditSink", log)
@@ -215,7 +232,9 @@ class RemoteBashSession:
 
             redactor = _BuiltinRedactor(host.redact)
         self._redactor = redactor
-        self._audit: AuditSink | None = default_audit(redactor) if audit is None else audit or None
+        if audit is None:
+            audit = default_audit(redactor, {host.name: host.audit_key_file})
+        self._audit: AuditSink | None = audit or None
         self._gate: HostGate | None = (Gate.of(host, self._audit) if gate is None else gate or None)
         if jump_hosts is None:
             jump_hosts = self._gate.route(host)[:-1] if isinstance(self._gate, Gate) else ()

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from remote_bash import fleet
 from remote_bash.access import Gate
-from remote_bash.audit import AuditLog
+from remote_bash.audit import AuditLog, load_key_file, write_key_file
 from remote_bash.errors import HostNotAllowed
 from remote_bash.inventory import Inventory, load_inventory
 from remote_bash.models import Host
@@ -357,3 +357,18 @@ async def test_a_session_audits_to_the_default_directory_unless_told_audit_false
     async with RemoteBashSession(host, audit=False) as session:
         assert (await session.run("echo off")).output == "off\n"
     assert not (tmp_path / "off").exists()
+
+
+@pytest.mark.reliability
+async def test_the_default_audit_log_is_keyed_as_the_clis_is(
+    hosts: TestHosts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REMOTE_BASH_AUDIT_DIR", str(tmp_path / "audit"))
+    key_file = tmp_path / "keys" / "audit.key"
+    write_key_file(key_file)
+    host = hosts.start("gate-audit-keyed", audit_key_file=key_file)
+    async with RemoteBashSession(host) as session:
+        await session.run("true")
+    lines = (tmp_path / "audit" / "gate-audit-keyed.jsonl").read_text().splitlines()
+    assert lines and all('"mac":"' in line for line in lines)
+    assert AuditLog(tmp_path / "audit", key=load_key_file(key_file)).verify("gate-audit-keyed").ok

@@ -87,7 +87,8 @@ class SessionFactory:
                  operator: str | None = None, redact: bool = True, kill_grace: float = KILL_GRACE) -> None:
         self.inventory = inventory
         if audit is None:
-            audit = default_audit(Redactor(sorted({p for h in inventory.hosts.values() for p in h.redact})))
+            audit = default_audit(Redactor(sorted({p for h in inventory.hosts.values() for p in h.redact})),
+                                  {h.name: h.audit_key_file for h in inventory.hosts.values()})
         self.audit = audit
         self.gate: HostGate | Literal[False] = (
             Gate(inventory, audit=self.audit or None) if gate is None else gate)
