@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from remote_bash import RemoteBashSession, fleet
-from remote_bash.access import open_session
+from remote_bash.access import Gate
 from remote_bash.inventory import Inventory, load_inventory
 from remote_bash.sandbox import Engine, generate_keypair
 from remote_bash.sandbox._container import image_tag
@@ -162,7 +162,7 @@ async def test_lab_timeout_kills_the_process_tree_under_the_containers_init(lab:
 async def test_lab_db_is_reached_only_through_the_jump_host(lab: Lab) -> None:
     published = lab.engine.run("port", lab.containers["db-1"], check=False).stdout
     assert published.strip() == ""
-    async with open_session(lab.inventory, "db-1", allow="lab") as s:
+    async with RemoteBashSession(lab.inventory.hosts["db-1"], gate=Gate(lab.inventory, "lab")) as s:
         r = await s.run("hostname; id -un")
         assert r.output.split() == ["db-1", "agent"]
     result = await fleet.exec(lab.inventory, "lab", "hostname")
