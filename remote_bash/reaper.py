@@ -188,7 +188,10 @@ def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_p
         f"{extra}"
         f"{tree}"
         f"{strays}"
-        + ('q=; for x in $p; do [ "$x" = "$$" ] || q="$q $x"; done; p=$q\n' if exclude_self else "")
+        # Only processes still alive count: the finders' own subshells, grep and sed carry the tag
+        # when the script runs in the tagged shell, and are gone by now.
+        + ('q=; for x in $p; do [ "$x" = "$$" ] && continue; [ -d "/proc/$x" ] && q="$q $x"; done; p=$q\n'
+           if exclude_self else 'q=; for x in $p; do [ -d "/proc/$x" ] && q="$q $x"; done; p=$q\n')
         + "set -- $p\n"
         f"if [ $# -gt 0 ] && [ {signal} != 0 ]; then kill -s {signal} \"$@\" 2>/dev/null; fi\n"
         'echo "RBKILL $#"\n'
