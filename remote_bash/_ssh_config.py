@@ -1,29 +1,72 @@
-"""Reading the user's ``~/.ssh/config`` for the few settings an inventory host may borrow from it.
+"""Reading the user's ``~/.ssh/config`` as OpenSSH does, for the settings an inventory host borrows.
 
-Only ``HostName``, ``User``, ``Port``, ``IdentityFile`` and ``ProxyJump`` are read, the first value
-of each winning as in ssh; ``Match`` blocks and ``Include`` are not evaluated. Pure: this module
-never reads a file itself (the inventory hands it the text) and never connects anywhere. A line it
-cannot read is an :class:`~remote_bash.errors.InventoryError` naming the file and line.
+Only ``HostName``, ``User``, ``Port``, ``IdentityFile`` and ``ProxyJump`` are read, with OpenSSH's
+rules (ssh_config(5)):
+
+- the first value obtained for a keyword wins, except ``IdentityFile``: every one is kept, in order;
+- lines before the first ``Host`` apply to every host; ``Host`` patterns (``*``, ``?``, ``!``,
+  lists) match the alias case-insensitively;
+- ``Include`` reads each file its globs name (relative ones under ``~/.ssh``), only when the block
+  around it applies, at most 16 levels deep;
+- ``Match`` evaluates ``all``, ``host`` (the HostName so far, else the alias), ``originalhost``,
+  ``user``, ``localuser`` and ``canonical`` (false: nothing is canonicalized). Other criteria
+  (``exec`` would run a command) are refused with an error naming the line, but only when the block
+  could change a value read here; as in ssh, criteria after one that failed are not evaluated;
+- ``%`` tokens: ``%h`` and ``%%`` in HostName; ``%%``, ``%d``, ``%h``, ``%i``, ``%L``, ``%l``,
+  ``%n``, ``%p``, ``%r``, ``%u`` and ``${VAR}`` in IdentityFile, expanded once every value is known.
+
+It never connects anywhere and never runs a command; the only files it reads are those ``Include``
+names. A line it cannot read is an :class:`~remote_bash.errors.InventoryError` naming file and line.
 """
 
 from __future__ import annotations
 
+import getpass
+import glob
+import os
 import re
 import shlex
+import socket
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from remote_bash._yaml_lines import read_text
 from remote_bash.errors import InventoryError
 
-__all__ = ["parse_ssh_config", "ssh_options"]
+__all__ = ["SshOptions", "parse_ssh_config", "read_ssh_config"]
 
-_SSH_KEYS = {
+_KEYS = {
     "hostname": "hostname",
     "user": "user",
     "port": "port",
     "identityfile": "identity_file",
     "proxyjump": "jump",
 }
+_MAX_INCLUDE_DEPTH = 16  # as OpenSSH's READCONF_MAX_DEPTH
+_EVALUATED = frozenset({"host", "originalhost", "user", "localuser"})
+_NOT_EVALUATED = frozenset(
+    {"exec", "localnetwork", "tagged", "command", "address", "localaddress", "localport", "rdomain",
+     "version", "sessiontype"}
+)  # fmt: skip
+_Place = tuple[str, int]
+
+
+@dataclass
+class SshOptions:
+    """What an ssh config gives one alias, as Host field names."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    """Any of ``hostname``, ``user``, ``port`` (int), ``jump`` (hop names) and ``identity_file``
+    (the first IdentityFile, tokens expanded, ``~`` kept)."""
+    places: dict[str, _Place] = field(default_factory=dict)
+    """The file and line each value came from."""
+    identity_files: list[tuple[str, _Place]] = field(default_factory=list)
+    """Every IdentityFile, in order, with its file and line."""
+    matched: bool = False
+    """Whether any ``Host`` or ``Match`` block applied to the alias."""
+
 
 def parse_ssh_config(
     text: str,
@@ -32,80 +75,230 @@ def parse_ssh_config(
     inventory_hosts: Collection[str] | None = None,
     path: str | None = None,
 ) -> dict[str, Any]:
-    """The settings ``~/.ssh/config`` text gives ``alias``, as Host field names.
+    """The settings ssh config ``text`` gives ``alias``, as Host field names (see :class:`SshOptions`).
 
-    Returns any of ``hostname``, ``user``, ``port`` (int), ``identity_file`` (as written) and
-    ``jump`` (list of hop names). The first value of a keyword wins, as in ssh. ``Match`` blocks
-    and ``Include`` are not evaluated. With ``inventory_hosts``, every ProxyJump hop must be one
-    of them. ``path`` only names the file in errors.
+    With ``inventory_hosts``, every ProxyJump hop must be one of them. ``path`` names the file in
+    errors.
     """
-    return {key: value for key, (value, _line) in ssh_options(text, alias, inventory_hosts, path)[0].items()}
+    return read_ssh_config(text, alias, inventory_hosts=inventory_hosts, path=path).values
 
 
-def ssh_options(
-    text: str, alias: str, inventory_hosts: Collection[str] | None, path: str | None
-) -> tuple[dict[str, tuple[Any, int]], bool]:
-    """As :func:`parse_ssh_config`, with the line of each value, and whether any ``Host`` block matched."""
-    found: dict[str, tuple[Any, int]] = {}
-    active, matched = True, False  # lines before the first Host block apply to every host
-    for lineno, line in enumerate(text.splitlines(), 1):
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        parsed = re.match(r"([A-Za-z][A-Za-z0-9]*)\s*(?:=\s*|\s+)(.*)\Z", stripped)
-        if parsed is None:
-            raise InventoryError(f"cannot read ssh config line {stripped!r}", path=path, line=lineno)
-        try:
-            args = shlex.split(parsed[2], comments=True)
-        except ValueError as exc:
-            raise InventoryError(f"cannot read ssh config line: {exc}", path=path, line=lineno) from None
-        keyword = parsed[1].lower()
-        if keyword in ("host", "match"):
-            active = keyword == "host" and _ssh_host_matches(args, alias)
-            matched = matched or active
-            continue
-        key = _SSH_KEYS.get(keyword)
-        if not active or key is None or key in found or not args:
-            continue
-        found[key] = (_ssh_value(key, args[0], alias, inventory_hosts, path, lineno), lineno)
-    return found, matched
+def read_ssh_config(
+    text: str,
+    alias: str,
+    *,
+    inventory_hosts: Collection[str] | None = None,
+    path: str | os.PathLike[str] | None = None,
+    home: Path | None = None,
+) -> SshOptions:
+    """Everything ssh config ``text`` (read from ``path``) gives ``alias``; ``home`` is ``~``."""
+    reader = _Reader(alias, inventory_hosts, home or Path.home())
+    reader.read(text, str(path) if path is not None else None, 0, True)
+    reader.finish()
+    return reader.found
 
 
-def _ssh_value(
-    key: str, value: str, alias: str, inventory_hosts: Collection[str] | None, path: str | None, line: int
-) -> Any:
-    if key == "port":
-        if not value.isdigit() or not 1 <= int(value) <= 65535:
-            raise InventoryError(
-                f"expected an integer from 1 to 65535, got {value!r}", path=path, line=line, field="Port"
-            )
-        return int(value)
-    if key == "hostname":
-        return re.sub(r"%(.)", lambda m: {"%": "%", "h": alias}.get(m[1], m[0]), value)
-    if key == "jump":
+class _Reader:
+    def __init__(self, alias: str, inventory_hosts: Collection[str] | None, home: Path) -> None:
+        self.alias = alias
+        self.inventory_hosts = inventory_hosts
+        self.home = home
+        self.found = SshOptions()
+        self._identity: list[tuple[str, _Place]] = []
+
+    def read(self, text: str, path: str | None, depth: int, active: bool | str) -> None:
+        """Apply the lines of one file; ``active`` is whether the block around it applies (a
+        string: it cannot be told, and why)."""
+        for lineno, line in enumerate(text.splitlines(), 1):
+            stripped = line.strip()
+            if not stripped or stripped.startswith("#"):
+                continue
+            parsed = re.match(r"([A-Za-z][A-Za-z0-9]*)\s*(?:=\s*|\s+)(.*)\Z", stripped)
+            if parsed is None:
+                raise InventoryError(f"cannot read ssh config line {stripped!r}", path=path, line=lineno)
+            try:
+                args = shlex.split(parsed[2], comments=True)
+            except ValueError as exc:
+                raise InventoryError(f"cannot read ssh config line: {exc}", path=path, line=lineno) from None
+            keyword = parsed[1].lower()
+            if keyword in ("host", "match"):
+                active = _host_matches(args, self.alias) if keyword == "host" else self.match(args, path, lineno)
+                self.found.matched = self.found.matched or active is True
+                continue
+            if active is False:
+                continue
+            if keyword == "include":
+                if isinstance(active, str):
+                    raise InventoryError(active, path=path, line=lineno)
+                self.include(args, path, lineno, depth)
+                continue
+            key = _KEYS.get(keyword)
+            if key is None or not args or (key in self.found.values and key != "identity_file"):
+                continue
+            if isinstance(active, str):
+                raise InventoryError(active, path=path, line=lineno)
+            self.set(key, args[0], (path or "", lineno))
+
+    def set(self, key: str, value: str, place: _Place) -> None:
+        path, line = place
+        if key == "identity_file":
+            self._identity.append((value, place))
+            return
+        if key == "port":
+            if not value.isdigit() or not 1 <= int(value) <= 65535:
+                raise InventoryError(
+                    f"expected an integer from 1 to 65535, got {value!r}", path=path or None, line=line, field="Port"
+                )
+            self.found.values[key] = int(value)
+        elif key == "hostname":
+            self.found.values[key] = self.expand(value, {"%": "%", "h": self.alias}, "HostName", place)
+        elif key == "jump":
+            self.found.values[key] = self.hops(value, place)
+        else:
+            self.found.values[key] = value
+        self.found.places[key] = place
+
+    def hops(self, value: str, place: _Place) -> list[str]:
         if value.lower() == "none":
             return []
         hops = [hop.strip() for hop in value.split(",")]
         for hop in hops:
-            if inventory_hosts is not None and hop not in inventory_hosts:
+            if self.inventory_hosts is not None and hop not in self.inventory_hosts:
                 raise InventoryError(
-                    f"ProxyJump hop {hop!r} (for {alias!r}) is not a host of the inventory; every hop must "
+                    f"ProxyJump hop {hop!r} (for {self.alias!r}) is not a host of the inventory; every hop must "
                     "be an inventory host name: add it under hosts:, or set jump: on the host",
-                    path=path,
-                    line=line,
+                    path=place[0] or None,
+                    line=place[1],
                     field="ProxyJump",
                 )
         return hops
-    return value
+
+    def match(self, args: Sequence[str], path: str | None, line: int) -> bool | str:
+        """Whether a ``Match`` line applies; a string says why it cannot be told."""
+        if not args:
+            raise InventoryError("Match needs at least one criterion", path=path, line=line)
+        result: bool | str = True
+        index = 0
+        while index < len(args):
+            word = args[index].lower()
+            index += 1
+            negated, word = word.startswith("!"), word.lstrip("!")
+            value: bool | str
+            if word == "all":
+                value = True
+            elif word == "canonical":
+                value = False
+            elif word == "final":
+                value = "Match final (a second reading of the config) is not evaluated by remote_bash"
+            elif word in _EVALUATED or word in _NOT_EVALUATED:
+                if index >= len(args):
+                    raise InventoryError(f"Match {word} needs an argument", path=path, line=line)
+                pattern = args[index]
+                index += 1
+                value = self.criterion(word, pattern)
+            else:
+                raise InventoryError(f"unknown Match criterion {word!r}", path=path, line=line)
+            if result is False:
+                continue  # as ssh: once one criterion fails, the rest are not evaluated (exec not run)
+            if isinstance(value, str):
+                result = (
+                    f"{value}; it could change what the ssh config gives {self.alias!r}: set these values on "
+                    "the host in the inventory, or add a Host line before the Match that excludes this alias"
+                )
+            elif value == negated:
+                result = False
+        return result
+
+    def criterion(self, word: str, pattern: str) -> bool | str:
+        if word in _NOT_EVALUATED:
+            why = " (it would run a command)" if word == "exec" else ""
+            return f"Match {word} is not evaluated by remote_bash{why}"
+        subject = {
+            "host": str(self.found.values.get("hostname", self.alias)),
+            "originalhost": self.alias,
+            "user": str(self.found.values.get("user") or _local_user()),
+            "localuser": _local_user(),
+        }[word]
+        return _host_matches([pattern], subject)
+
+    def include(self, args: Sequence[str], path: str | None, line: int, depth: int) -> None:
+        if depth >= _MAX_INCLUDE_DEPTH:
+            raise InventoryError(
+                f"Include nested more than {_MAX_INCLUDE_DEPTH} levels deep (does a file include itself?)",
+                path=path,
+                line=line,
+            )
+        for pattern in args:
+            expanded = str(self.home) + pattern[1:] if pattern.startswith("~/") else pattern
+            full = expanded if os.path.isabs(expanded) else str(self.home / ".ssh" / expanded)
+            for name in sorted(glob.glob(full)):
+                if Path(name).is_file():
+                    self.read(read_text(Path(name), "ssh config file"), name, depth + 1, True)
+
+    def finish(self) -> None:
+        """Expand IdentityFile tokens now that HostName, Port and User are known."""
+        values = self.found.values
+        tokens = {
+            "%": "%",
+            "d": str(self.home),
+            "h": str(values.get("hostname", self.alias)),
+            "i": str(os.getuid()) if hasattr(os, "getuid") else "",
+            "L": socket.gethostname().split(".", 1)[0],
+            "l": socket.gethostname(),
+            "n": self.alias,
+            "p": str(values.get("port", 22)),
+            "r": str(values.get("user") or _local_user()),
+            "u": _local_user(),
+        }
+        for value, place in self._identity:
+            expanded = self.expand(value, tokens, "IdentityFile", place)
+            self.found.identity_files.append((self.environment(expanded, place), place))
+        if self.found.identity_files:
+            values["identity_file"], self.found.places["identity_file"] = self.found.identity_files[0]
+
+    def expand(self, value: str, tokens: dict[str, str], keyword: str, place: _Place) -> str:
+        def token(match: re.Match[str]) -> str:
+            if match[1] not in tokens:
+                allowed = " ".join("%" + t for t in tokens)
+                raise InventoryError(
+                    f"{keyword} {value!r}: unknown token %{match[1]} ({keyword} accepts {allowed})",
+                    path=place[0] or None,
+                    line=place[1],
+                    field=keyword,
+                )
+            return tokens[match[1]]
+
+        return re.sub(r"%(.?)", token, value, flags=re.DOTALL)
+
+    def environment(self, value: str, place: _Place) -> str:
+        def variable(match: re.Match[str]) -> str:
+            if match[1] not in os.environ:
+                raise InventoryError(
+                    f"IdentityFile {value!r}: the environment variable {match[1]} is not set",
+                    path=place[0] or None,
+                    line=place[1],
+                    field="IdentityFile",
+                )
+            return os.environ[match[1]]
+
+        return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", variable, value)
 
 
-def _ssh_host_matches(patterns: Sequence[str], alias: str) -> bool:
+def _local_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return ""
+
+
+def _host_matches(patterns: Sequence[str], name: str) -> bool:
+    """ssh_config pattern lists: any positive match and no negated one; case-insensitive."""
     positive = False
     for pattern in (p for arg in patterns for p in arg.split(",") if p):
         negated = pattern.startswith("!")
         body = pattern[1:] if negated else pattern
         regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in body)
-        if re.fullmatch(regex, alias, re.IGNORECASE | re.DOTALL):
+        if re.fullmatch(regex, name, re.IGNORECASE | re.DOTALL):
             if negated:
                 return False
             positive = True

@@ -9,6 +9,7 @@ the inventory's job. Every problem is an :class:`~remote_bash.errors.InventoryEr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import yaml
 
 from remote_bash.errors import InventoryError
 
-__all__ = ["MAX_FILE_BYTES", "MAX_NODES", "Where", "parse_yaml", "read_text"]
+__all__ = ["MAX_FILE_BYTES", "MAX_NODES", "Where", "line_of", "parse_yaml", "read_text"]
 
 MAX_FILE_BYTES = 10 * 1024 * 1024
 """Inventory (and ssh config) files larger than this are refused before parsing."""
@@ -26,6 +27,12 @@ _MAX_DEPTH = 64
 
 Where = tuple[str, ...]
 """A key path in the document: ``("hosts", "web-1", "port")``; list items by their index."""
+
+
+def line_of(lines: Mapping[Where, int], where: Where) -> int | None:
+    """The line of ``where``, or of the nearest key above it (a value the file does not spell
+    out, such as a key a validator says is missing, is reported at its parent's line)."""
+    return next((lines[where[:n]] for n in range(len(where), 0, -1) if where[:n] in lines), None)
 
 
 def read_text(file: Path, what: str) -> str:

@@ -14,22 +14,21 @@ host's ``ssh_config`` alias, and finally the host's own fields. Mapping fields (
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import os
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
-from types import UnionType
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic_core import ErrorDetails
 
+from remote_bash._inventory_file import GroupEntry, HostSettings, InventoryFile, explain, suggest, validate_file
 from remote_bash._paths import config_dir
-from remote_bash._ssh_config import parse_ssh_config, ssh_options
-from remote_bash._yaml_lines import MAX_FILE_BYTES, MAX_NODES, Where, parse_yaml, read_text
+from remote_bash._ssh_config import parse_ssh_config, read_ssh_config
+from remote_bash._yaml_lines import MAX_FILE_BYTES, MAX_NODES, Where, line_of, parse_yaml, read_text
 from remote_bash.errors import InventoryError, SelectionError
 from remote_bash.models import Host, _set_inventory
 
@@ -43,17 +42,7 @@ __all__ = [
     "select_names",
 ]
 
-_TOP_KEYS = ("defaults", "hosts", "groups")
-_GROUP_KEYS = ("hosts", "children", "vars", "forks")
-_INHERITED = tuple(f for f in Host.model_fields if f not in ("name", "hostname", "groups"))
-_HOST_KEYS = tuple(f for f in Host.model_fields if f not in ("name", "groups"))
 _MERGED = frozenset({"env", "labels", "limits", "policy"})
-_PATH_FIELDS = frozenset({"identity_file", "known_hosts", "audit_key_file"})
-_FIXED = {
-    "name": "a host's name is its key under hosts:",
-    "groups": "list the host under groups.<group>.hosts instead",
-    "hostname": "set it on each host",
-}
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 _GLOB_CHARS = frozenset("*?[")
 
@@ -83,7 +72,7 @@ class Inventory(BaseModel):
         try:
             return self.hosts[name]
         except KeyError:
-            raise SelectionError(f"unknown host {name!r}{_suggest(name, self.hosts)}") from None
+            raise SelectionError(f"unknown host {name!r}{suggest(name, self.hosts)}") from None
 
 
 # --- host patterns ---------------------------------------------------------------------------
@@ -160,16 +149,7 @@ def _resolve_term(
             raise SelectionError(f"{term!r} (in pattern {pattern!r}) matches no host or group name")
         return found
     names = [*hosts, *groups]
-    raise SelectionError(f"unknown host or group {term!r} in pattern {pattern!r}{_suggest(term, names)}")
-
-
-def _suggest(name: str, choices: Collection[str]) -> str:
-    close = [repr(c) for c in difflib.get_close_matches(name, list(choices), n=3, cutoff=0.6)]
-    if not close:
-        return ""
-    return (
-        "; did you mean " + (f"{', '.join(close[:-1])} or {close[-1]}" if len(close) > 1 else close[0]) + "?"
-    )
+    raise SelectionError(f"unknown host or group {term!r} in pattern {pattern!r}{suggest(term, names)}")
 
 
 # --- where the inventory lives ---------------------------------------------------------------
@@ -185,111 +165,54 @@ def default_inventory_path(cli_value: str | None, env: Mapping[str, str]) -> Pat
     return candidate if candidate.is_file() else None
 
 
-# --- validation messages ---------------------------------------------------------------------
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _describe(annotation: Any, metadata: Sequence[Any]) -> str:
-    if get_origin(annotation) in (Union, UnionType):
-        annotation = next(a for a in get_args(annotation) if a is not type(None))
-    origin, args = get_origin(annotation), get_args(annotation)
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in args)
-    if annotation is bool:
-        return "true or false"
-    if annotation in (int, float):
-        bound = {k: getattr(m, k) for m in metadata for k in ("ge", "gt", "le") if hasattr(m, k)}
-        noun = "an integer" if annotation is int else "a number"
-        if "ge" in bound and "le" in bound:
-            return f"{noun} from {bound['ge']} to {bound['le']}"
-        if "ge" in bound:
-            return f"{noun} of at least {bound['ge']}"
-        return f"{noun} greater than {bound['gt']}" if "gt" in bound else noun
-    if annotation is str:
-        return "a non-empty string" if any(getattr(m, "min_length", 0) for m in metadata) else "a string"
-    if annotation is Path:
-        return "a file path"
-    if origin is list:
-        return "a list of strings" if args == (str,) else "a list"
-    if origin is dict:
-        return "a mapping of names to strings" if args == (str, str) else "a mapping"
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return "a mapping with any of the keys " + ", ".join(annotation.model_fields)
-    return str(annotation)
-
-
-def _explain(error: ErrorDetails) -> str:
-    kind, loc = error["type"], error["loc"]
-    annotation: Any = Host
-    metadata: Sequence[Any] = ()
-    for part in loc if kind != "extra_forbidden" else loc[:-1]:
-        if get_origin(annotation) in (Union, UnionType):
-            annotation = next(a for a in get_args(annotation) if a is not type(None))
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            field = annotation.model_fields.get(str(part))
-            if field is None:
-                break
-            annotation, metadata = field.annotation, field.metadata
-        elif get_origin(annotation) in (list, dict):
-            annotation, metadata = get_args(annotation)[0 if part == "[key]" else -1], ()
-    if kind == "extra_forbidden" and isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return _unknown_key(str(loc[-1]), tuple(annotation.model_fields))
-    if kind == "missing":
-        return "this field is required"
-    if kind == "value_error":
-        return str(error.get("ctx", {}).get("error", error["msg"]))
-    return f"expected {_describe(annotation, metadata)}, got {_show(error['input'])}"
-
-
-def _unknown_key(key: str, allowed: Sequence[str]) -> str:
-    hint = _suggest(key, allowed)
-    return f"unknown field {key!r}" + (hint or f"; expected one of: {', '.join(allowed)}")
-
-
-# --- building the inventory ------------------------------------------------------------------
+# --- resolving the file ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class _Origin:
-    """Where a host setting came from, to point errors at the right file and line."""
+class _Layer:
+    """One layer of a host's settings, and where it was written (to point errors at it)."""
 
     file: str
     where: Where
-    line: int | None = None  # None: look the line up in the inventory's own key lines
+    values: dict[str, Any]
+    places: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    """For a layer read from ssh config: the file and line of each value."""
 
 
-class _Fields:
-    """A host's settings as the layers are applied, with the origin of each."""
+class _Merged:
+    """A host's settings with the layers applied, and the layer each value came from."""
+
+    def __init__(self, layers: Sequence[_Layer]) -> None:
+        self.values: dict[str, Any] = {}
+        self.origins: dict[Where, _Layer] = {}
+        for layer in layers:
+            for key, value in layer.values.items():
+                old = self.values.get(key)
+                if key in _MERGED and isinstance(value, dict) and isinstance(old, dict):
+                    self.values[key] = {**old, **value}
+                else:
+                    self.values[key] = value
+                    self.origins = {k: v for k, v in self.origins.items() if k[:1] != (key,)}
+                self.origins[(key,)] = layer
+                for sub in value if isinstance(value, dict) else ():
+                    self.origins[(key, sub)] = layer
+
+    def origin(self, loc: Where) -> tuple[_Layer | None, Where]:
+        """The layer that set the value at ``loc``, and the rest of ``loc`` below it."""
+        for n in range(len(loc), 0, -1):
+            if loc[:n] in self.origins:
+                return self.origins[loc[:n]], loc
+        return None, loc
+
+
+class _Groups:
+    """The groups of a file, resolved: members through children, depth, forks and vars."""
 
     def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
-        self.origins: dict[Where, _Origin] = {}
-
-    def apply(self, layer: Mapping[str, Any], origin: _Origin) -> None:
-        for key, value in layer.items():
-            old = self.values.get(key)
-            at = _Origin(origin.file, (*origin.where, key), origin.line)
-            if key in _MERGED and isinstance(value, dict) and isinstance(old, dict):
-                self.values[key] = {**old, **value}
-            else:
-                self.values[key] = value
-                self.origins = {k: v for k, v in self.origins.items() if k[:1] != (key,)}
-            self.origins[(key,)] = at
-            if isinstance(value, dict):
-                for sub in value:
-                    self.origins[(key, sub)] = _Origin(at.file, (*at.where, sub), at.line)
+        self.members: dict[str, set[str]] = {}
+        self.depth: dict[str, int] = {}
+        self.forks: dict[str, int] = {}
+        self.vars: dict[str, _Layer] = {}
 
 
 class _Builder:
@@ -301,42 +224,13 @@ class _Builder:
         self.ssh_path = ssh_path or Path("~/.ssh/config").expanduser()
         self._ssh_text: str | None = None
 
-    def fail(self, message: str, where: Where, origin: _Origin | None = None) -> InventoryError:
-        origin = origin or _Origin(self.name, ())
-        full = (*origin.where, *where)
-        line = origin.line
-        if origin.file == self.name:
-            line = next(
-                (self.lines[full[:n]] for n in range(len(full), 0, -1) if full[:n] in self.lines), None
-            )
-        return InventoryError(message, path=origin.file, line=line, field=".".join(full) or None)
-
-    def mapping(
-        self, value: Any, where: Where, allowed: Sequence[str] | None, expected: str
-    ) -> dict[str, Any]:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise self.fail(f"expected {expected}, got {_show(value)}", where)
-        for key in value:
-            if allowed is None or key in allowed:
-                continue
-            if key in _FIXED:
-                raise self.fail(f"{key!r} cannot be set here: {_FIXED[key]}", (*where, key))
-            raise self.fail(_unknown_key(key, allowed), (*where, key))
-        return value
-
-    def names(self, value: Any, where: Where, known: Collection[str], kind: str) -> list[str]:
-        if value is None:
-            return []
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self.fail(f"expected a list of {kind} names, got {_show(value)}", where)
-        for index, name in enumerate(value):
-            if name not in known:
-                raise self.fail(
-                    f"{name!r} is not a {kind} of this inventory{_suggest(name, known)}", (*where, str(index))
-                )
-        return value
+    def fail(self, message: str, where: Where, layer: _Layer | None = None) -> InventoryError:
+        """An error at ``where`` inside ``layer`` (or the file itself)."""
+        if layer is not None and layer.file != self.name:
+            file, line = layer.places.get(where[0], (layer.file, 0)) if where else (layer.file, 0)
+            return InventoryError(message, path=file, line=line or None, field=".".join(where) or None)
+        full = (*(layer.where if layer else ()), *where)
+        return InventoryError(message, path=self.name, line=line_of(self.lines, full), field=".".join(full) or None)
 
     def check_name(self, name: str, where: Where, kind: str) -> None:
         if not _NAME.match(name) or name == "all":
@@ -346,221 +240,164 @@ class _Builder:
                 where,
             )
 
-    def layer(self, raw: Mapping[str, Any]) -> dict[str, Any]:
-        """A layer of settings from the inventory, with its paths made absolute."""
-        result = dict(raw)
-        for key in _PATH_FIELDS & result.keys():
-            if isinstance(result[key], str):
-                result[key] = self.base / Path(result[key]).expanduser()
-        for key in ("env", "labels"):
-            # ``PORT: 8080`` means the string; booleans stay errors, as yes/no/on/off are ambiguous.
-            if isinstance(result.get(key), dict):
-                result[key] = {
-                    k: str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
-                    for k, v in result[key].items()
-                }
-        return result
-
-    def validate(self, fields: _Fields, name: str, hostname: str, groups: list[str]) -> Host:
-        try:
-            return Host.model_validate(
-                {**fields.values, "name": name, "hostname": hostname, "groups": groups}
-            )
-        except ValidationError as exc:
-            errors = exc.errors()
-            error = errors[0]
-            loc = tuple(str(part) for part in error["loc"])
-            found = next((loc[:n] for n in range(len(loc), 0, -1) if loc[:n] in fields.origins), None)
-            origin = fields.origins[found] if found else _Origin(self.name, ("hosts", name))
-            more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
-            rest = tuple(part for part in loc[len(found or ()) :] if part != "[key]")
-            raise self.fail(_explain(error) + more, rest, origin) from None
-
-    def ssh_layer(
-        self, alias: str, origin: _Origin, hosts: Collection[str]
-    ) -> tuple[dict[str, Any], _Origin]:
-        if self._ssh_text is None:
-            if not self.ssh_path.exists():
+    def layer(self, settings: HostSettings | None, where: Where, hosts: Collection[str]) -> _Layer:
+        """The fields a section of the file sets, with paths made absolute, after checking the
+        references and patterns in it."""
+        values = settings.model_dump(exclude_unset=True) if settings is not None else {}
+        for key, value in values.items():
+            if isinstance(value, Path):  # relative to the inventory's directory, ~ expanded
+                values[key] = self.base / value.expanduser()
+        layer = _Layer(self.name, where, values)
+        for index, hop in enumerate(values.get("jump") or ()):
+            if hop not in hosts:
                 raise self.fail(
-                    f"ssh config file {self.ssh_path} does not exist (needed for ssh_config {alias!r})",
-                    (),
-                    origin,
+                    f"jump host {hop!r} is not a host of this inventory{suggest(hop, hosts)}",
+                    ("jump", str(index)),
+                    layer,
                 )
-            self._ssh_text = read_text(self.ssh_path, "ssh config file")
-        found, matched = ssh_options(self._ssh_text, alias, hosts, str(self.ssh_path))
-        if not matched:
-            raise self.fail(f"no Host block in {self.ssh_path} matches {alias!r}", (), origin)
-        values = {key: value for key, (value, _) in found.items()}
-        if isinstance(values.get("identity_file"), str):
-            values["identity_file"] = Path.home() / Path(values["identity_file"]).expanduser()
-        values.setdefault("hostname", alias)
-        return values, _Origin(str(self.ssh_path), (f"Host {alias}",))
+        self.check_patterns(layer)
+        return layer
 
-    def build(self, doc: Any) -> Inventory:
-        if doc is None:
-            raise self.fail("the file is empty; expected a mapping with a 'hosts' section", ())
-        top = self.mapping(doc, (), _TOP_KEYS, "a mapping with 'hosts', 'groups' and 'defaults' sections")
-        if "hosts" not in top:
-            raise self.fail("the file has no 'hosts' section", ())
-        defaults = self.mapping(top.get("defaults"), ("defaults",), _INHERITED, "a mapping of host settings")
-        hosts_raw = self.mapping(top["hosts"], ("hosts",), None, "a mapping of host names to settings")
-        groups_raw = self.mapping(top.get("groups"), ("groups",), None, "a mapping of group names")
-        probe = _Fields()
-        probe.apply(self.layer(defaults), _Origin(self.name, ("defaults",)))
-        self.validate(probe, "defaults", "defaults", [])
-        entries = {}
-        for name, entry in hosts_raw.items():
-            self.check_name(name, ("hosts", name), "host")
-            entries[name] = self.mapping(entry, ("hosts", name), _HOST_KEYS, "a mapping of host settings")
-        groups, members, order, forks = self.groups(groups_raw, hosts_raw)
-        hosts: dict[str, Host] = {}
-        for name, own in entries.items():
-            mine = sorted((g for g in groups if name in members[g]), key=lambda g: (order[g], g))
-            layers = [(self.layer(defaults), _Origin(self.name, ("defaults",)))]
-            layers += [
-                (self.layer(groups[g].get("vars") or {}), _Origin(self.name, ("groups", g, "vars")))
-                for g in mine
-            ]
-            with_forks = [g for g in mine if g in forks]
-            if with_forks:
-                least = min(with_forks, key=lambda g: forks[g])
-                layers.append(({"forks": forks[least]}, _Origin(self.name, ("groups", least))))
-            mine_layer = (self.layer(own), _Origin(self.name, ("hosts", name)))
-            fields = _Fields()
-            for layer, origin in [*layers, mine_layer]:
-                fields.apply(layer, origin)
-            alias = fields.values.get("ssh_config")
-            if isinstance(alias, str) and alias:
-                ssh_values, ssh_origin = self.ssh_layer(alias, fields.origins[("ssh_config",)], hosts_raw)
-                fields = _Fields()
-                for layer, origin in [*layers, (ssh_values, ssh_origin), mine_layer]:
-                    fields.apply(layer, origin)
-            hostname = fields.values.pop("hostname", name)
-            hosts[name] = host = self.validate(fields, name, hostname, sorted(mine))
-            self.check_patterns(host, fields)
-            if host.credential == "key" and host.identity_file is None:
-                # Never a silent login with whatever ~/.ssh/id_* holds: "key" means the named one.
-                raise self.fail("'key' needs identity_file (the private key to log in with): set "
-                                "identity_file, or use credential: agent or auto", (), fields.origins[("credential",)])
-            for index, hop in enumerate(host.jump):
-                if hop not in hosts_raw:
-                    raise self.fail(
-                        f"jump host {hop!r} is not a host of this inventory{_suggest(hop, hosts_raw)}",
-                        (str(index),),
-                        fields.origins[("jump",)],
-                    )
-        cycle = _find_cycle({name: host.jump for name, host in hosts.items()})
-        if cycle:
-            raise self.fail(
-                "jump hosts form a cycle: " + " -> ".join(cycle) + " (set jump: [] on a host "
-                "to stop it inheriting one)",
-                ("hosts", cycle[0], "jump"),
-            )
-        return Inventory(
-            path=self.file,
-            hosts=hosts,
-            groups={g: sorted(members[g]) for g in groups},
-            group_forks=forks,
-            defaults=defaults,
-        )
-
-    def check_patterns(self, host: Host, fields: _Fields) -> None:
-        for field, patterns in (("policy", host.policy.deny), ("redact", host.redact)):
-            key = ("policy", "deny") if field == "policy" else ("redact",)
-            for index, pattern in enumerate(patterns):
+    def check_patterns(self, layer: _Layer) -> None:
+        """Every deny and redact pattern compiles: the one place patterns are checked at load."""
+        policy = layer.values.get("policy") or {}
+        for where, patterns in ((("policy", "deny"), policy.get("deny")), (("redact",), layer.values.get("redact"))):
+            for index, pattern in enumerate(patterns or ()):
                 try:
                     re.compile(pattern)
                 except re.error as exc:
                     raise self.fail(
-                        f"{pattern!r} is not a valid regular expression: {exc}",
-                        (str(index),),
-                        fields.origins[key],
+                        f"{pattern!r} is not a valid regular expression: {exc}", (*where, str(index)), layer
                     ) from None
 
-    def groups(
-        self, raw: Mapping[str, Any], hosts: Collection[str]
-    ) -> tuple[dict[str, dict[str, Any]], dict[str, set[str]], dict[str, int], dict[str, int]]:
-        groups: dict[str, dict[str, Any]] = {}
-        forks: dict[str, int] = {}
-        for name, body in raw.items():
+    def ssh_layer(self, alias: str, origin: _Layer, hosts: Collection[str]) -> _Layer:
+        if self._ssh_text is None:
+            if not self.ssh_path.exists():
+                raise self.fail(
+                    f"ssh config file {self.ssh_path} does not exist (needed for ssh_config {alias!r})",
+                    ("ssh_config",),
+                    origin,
+                )
+            self._ssh_text = read_text(self.ssh_path, "ssh config file")
+        found = read_ssh_config(self._ssh_text, alias, inventory_hosts=hosts, path=self.ssh_path)
+        if not found.matched:
+            raise self.fail(f"no Host block in {self.ssh_path} matches {alias!r}", ("ssh_config",), origin)
+        values = dict(found.values)
+        places = dict(found.places)
+        if found.identity_files:
+            # One key file per host (its passphrase is the host's one keyring secret): the first
+            # that exists, as ssh would try it first; else the first, so the error names it.
+            paths = [(Path.home() / Path(text).expanduser(), place) for text, place in found.identity_files]
+            chosen = next(((p, place) for p, place in paths if p.is_file()), paths[0])
+            values["identity_file"], places["identity_file"] = chosen
+        values.setdefault("hostname", alias)
+        return _Layer(str(self.ssh_path), (), values, places)
+
+    def validate(self, merged: _Merged, name: str, hostname: str, groups: list[str]) -> Host:
+        try:
+            return Host.model_validate({**merged.values, "name": name, "hostname": hostname, "groups": groups})
+        except ValidationError as exc:
+            errors = exc.errors()
+            loc = tuple(str(part) for part in errors[0]["loc"] if part != "[key]")
+            layer, rest = merged.origin(loc)
+            more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+            if layer is None:
+                layer = _Layer(self.name, ("hosts", name), {})
+            raise self.fail(explain(errors[0], Host) + more, rest, layer) from None
+
+    def build(self, spec: InventoryFile, defaults_raw: dict[str, Any]) -> Inventory:
+        names = list(spec.hosts)
+        for name in names:
+            self.check_name(name, ("hosts", name), "host")
+        defaults = self.layer(spec.defaults, ("defaults",), names)
+        entries = {name: self.layer(entry, ("hosts", name), names) for name, entry in spec.hosts.items()}
+        groups = self.groups(spec.groups or {}, names)
+        hosts: dict[str, Host] = {}
+        for name, own in entries.items():
+            mine = sorted((g for g, found in groups.members.items() if name in found),
+                          key=lambda g: (groups.depth[g], g))
+            layers = [defaults, *(groups.vars[g] for g in mine)]
+            with_forks = [g for g in mine if g in groups.forks]
+            if with_forks:
+                least = min(with_forks, key=lambda g: groups.forks[g])
+                layers.append(_Layer(self.name, ("groups", least), {"forks": groups.forks[least]}))
+            merged = _Merged([*layers, own])
+            alias = merged.values.get("ssh_config")
+            if isinstance(alias, str) and alias:
+                ssh = self.ssh_layer(alias, merged.origins[("ssh_config",)], names)
+                merged = _Merged([*layers, ssh, own])
+            hostname = merged.values.pop("hostname", name)
+            hosts[name] = host = self.validate(merged, name, hostname, sorted(mine))
+            if host.credential == "key" and host.identity_file is None:
+                # Never a silent login with whatever ~/.ssh/id_* holds: "key" means the named one.
+                raise self.fail("'key' needs identity_file (the private key to log in with): set "
+                                "identity_file, or use credential: agent or auto", (), merged.origins[("credential",)])
+        try:
+            TopologicalSorter({name: host.jump for name, host in hosts.items()}).prepare()
+        except CycleError as exc:
+            cycle = _cycle(exc, names)
+            raise self.fail(
+                "jump hosts form a cycle: " + " -> ".join(cycle) + " (set jump: [] on a host "
+                "to stop it inheriting one)",
+                ("hosts", cycle[0], "jump"),
+            ) from None
+        return Inventory(
+            path=self.file,
+            hosts=hosts,
+            groups={g: sorted(found) for g, found in groups.members.items()},
+            group_forks=groups.forks,
+            defaults=defaults_raw,
+        )
+
+    def groups(self, spec: Mapping[str, GroupEntry | None], hosts: Collection[str]) -> _Groups:
+        result = _Groups()
+        children: dict[str, list[str]] = {}
+        for name, body in spec.items():
             where = ("groups", name)
             self.check_name(name, where, "group")
             if name in hosts:
                 raise self.fail(
                     f"group {name!r} has the same name as a host; patterns could not tell them apart", where
                 )
-            group = self.mapping(body, where, _GROUP_KEYS, "a mapping with hosts, children, vars or forks")
-            group["hosts"] = self.names(group.get("hosts"), (*where, "hosts"), hosts, "host")
-            group["children"] = self.names(group.get("children"), (*where, "children"), raw, "group")
-            variables = self.mapping(
-                group.get("vars"), (*where, "vars"), _INHERITED, "a mapping of host settings"
-            )
-            probe = _Fields()
-            probe.apply(self.layer(variables), _Origin(self.name, (*where, "vars")))
-            self.validate(probe, name, name, [])
-            if "forks" in group:
-                value = group["forks"]
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise self.fail(f"expected a positive integer, got {_show(value)}", (*where, "forks"))
-                forks[name] = value
-            groups[name] = group
-        children = {name: group["children"] for name, group in groups.items()}
-        cycle = _find_cycle(children)
-        if cycle:
+            body = body or GroupEntry()
+            for key, known, kind in (("hosts", hosts, "host"), ("children", spec, "group")):
+                for index, member in enumerate(getattr(body, key) or ()):
+                    if member not in known:
+                        raise self.fail(
+                            f"{member!r} is not a {kind} of this inventory{suggest(member, known)}",
+                            (*where, key, str(index)),
+                        )
+            children[name] = list(body.children or ())
+            result.vars[name] = self.layer(body.vars, (*where, "vars"), hosts)
+            result.members[name] = set(body.hosts or ())
+            if body.forks is not None:
+                result.forks[name] = body.forks
+        try:
+            # A group's children are its predecessors: they come first, so their members are known.
+            order = list(TopologicalSorter(children).static_order())
+        except CycleError as exc:
+            cycle = _cycle(exc, list(spec))
             raise self.fail(
-                "groups contain each other in a cycle: " + " -> ".join(cycle),
-                ("groups", cycle[0], "children"),
-            )
-        members: dict[str, set[str]] = {}
-        for name in groups:
-            seen, todo, found = {name}, [name], set()
-            while todo:
-                group = groups[todo.pop()]
-                found.update(group["hosts"])
-                todo.extend(c for c in group["children"] if c not in seen)
-                seen.update(group["children"])
-            members[name] = found
-        return groups, members, _depths(children), forks
+                "groups contain each other in a cycle: " + " -> ".join(cycle), ("groups", cycle[0], "children")
+            ) from None
+        for name in order:
+            for child in children[name]:
+                result.members[name] |= result.members[child]
+        for name in reversed(order):  # outer groups first: depth is the longest way down from the top
+            parents = [p for p in children if name in children[p]]
+            result.depth[name] = max((result.depth[p] + 1 for p in parents), default=0)
+        result.members = {name: result.members[name] for name in spec}
+        return result
 
 
-def _find_cycle(graph: Mapping[str, Sequence[str]]) -> list[str] | None:
-    """The first cycle found in a directed graph, as a path that ends where it starts."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: fully explored
-    for root in graph:
-        if root in state:
-            continue
-        path, stack = [root], [iter(graph.get(root, ()))]
-        state[root] = 1
-        while stack:
-            nxt = next(stack[-1], None)
-            if nxt is None:
-                state[path.pop()] = 2
-                stack.pop()
-            elif state.get(nxt) == 1:
-                return [*path[path.index(nxt) :], nxt]
-            elif nxt not in state:
-                state[nxt] = 1
-                path.append(nxt)
-                stack.append(iter(graph.get(nxt, ())))
-    return None
-
-
-def _depths(children: Mapping[str, Sequence[str]]) -> dict[str, int]:
-    """Longest distance from a top-level group: parents always sort before their children."""
-    indegree = dict.fromkeys(children, 0)
-    for kids in children.values():
-        for kid in kids:
-            indegree[kid] += 1
-    depth = dict.fromkeys(children, 0)
-    ready = [g for g, n in indegree.items() if n == 0]
-    while ready:
-        group = ready.pop()
-        for kid in children[group]:
-            depth[kid] = max(depth[kid], depth[group] + 1)
-            indegree[kid] -= 1
-            if indegree[kid] == 0:
-                ready.append(kid)
-    return depth
+def _cycle(error: CycleError, order: Sequence[str]) -> list[str]:
+    """The cycle graphlib found, each node pointing at the next, from the node the file lists first."""
+    # graphlib lists each node before the node that depends on it: reversed, each node points at
+    # the next (a host at its jump host, a group at its child).
+    nodes = list(reversed(error.args[1]))[:-1]
+    start = min(range(len(nodes)), key=lambda i: order.index(nodes[i]) if nodes[i] in order else len(order))
+    nodes = nodes[start:] + nodes[:start]
+    return [*nodes, nodes[0]]
 
 
 def load_inventory(
@@ -571,10 +408,12 @@ def load_inventory(
     ``ssh_config_path`` replaces ``~/.ssh/config`` for hosts that name an ``ssh_config`` alias.
     """
     file = Path(path)
-    text = read_text(file, "inventory file")
-    doc, lines = parse_yaml(text, str(file))
+    doc, lines = parse_yaml(read_text(file, "inventory file"), str(file))
+    if doc is None:
+        raise InventoryError("the file is empty; expected a mapping with a 'hosts' section", path=str(file))
+    spec = validate_file(doc, str(file), lines)
     ssh_path = Path(ssh_config_path).expanduser() if ssh_config_path is not None else None
-    inventory = _Builder(file, lines, ssh_path).build(doc)
+    inventory = _Builder(file, lines, ssh_path).build(spec, doc.get("defaults") or {})
     for host in inventory.hosts.values():
         # A session made from one of these hosts alone is gated by this inventory (access.Gate.of).
         _set_inventory(host, inventory)

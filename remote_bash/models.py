@@ -7,9 +7,9 @@ unknown fields so a typo in an inventory is an error, not a silent default.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 __all__ = [
     "ApproveRule",
@@ -26,6 +26,18 @@ __all__ = [
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_MAX_TIMEOUT = 600.0
 DEFAULT_OUTPUT_LIMIT = 30_000
+
+
+def _env_names(value: dict[str, str]) -> dict[str, str]:
+    for key in value:
+        if not key or not (key[0].isalpha() or key[0] == "_") or not all(c.isalnum() or c == "_" for c in key):
+            raise ValueError(f"environment variable name {key!r} is not a valid shell name")
+    return value
+
+
+# A type rather than a model validator, so a model derived from Host's fields (the inventory
+# file's host settings) checks the names too.
+EnvVars = Annotated[dict[str, str], AfterValidator(_env_names)]
 
 
 class _Config(BaseModel):
@@ -139,7 +151,7 @@ class Host(_Config):
     """Free-form key/value labels, selectable with ``key=value`` patterns."""
     groups: list[str] = Field(default_factory=list)
     """Groups the host belongs to (filled in by the inventory)."""
-    env: dict[str, str] = Field(default_factory=dict)
+    env: EnvVars = Field(default_factory=dict)
     """Extra environment exported in the remote shell when it starts."""
     command_timeout: float = Field(default=DEFAULT_TIMEOUT, gt=0)
     """Default deadline of one command, in seconds."""
@@ -195,16 +207,6 @@ class Host(_Config):
                     raise ValueError(f"rule {index}: writes_outside takes a list of absolute paths, got {paths!r}")
             elif not isinstance(rule["regex"], str):
                 raise ValueError(f"rule {index}: regex takes a string, got {rule['regex']!r}")
-        return value
-
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not key or not (key[0].isalpha() or key[0] == "_") or not all(
-                c.isalnum() or c == "_" for c in key
-            ):
-                raise ValueError(f"environment variable name {key!r} is not a valid shell name")
         return value
 
     @property
