@@ -119,6 +119,11 @@ def validate_file(doc: Any, path: str, lines: Mapping[Where, int]) -> InventoryF
     except ValidationError as exc:
         errors = exc.errors()
         first = errors[0]
+        if first["type"] == "missing":
+            # A misspelt key explains the missing one beside it: "unknown field 'hostz'" says more.
+            first = next(
+                (e for e in errors if e["type"] == "extra_forbidden" and e["loc"][:-1] == first["loc"][:-1]), first
+            )
         where = tuple(str(part) for part in first["loc"] if part != "[key]")
         more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
         message = explain(first, InventoryFile) + more

@@ -330,8 +330,12 @@ class _Builder:
             hosts[name] = host = self.validate(merged, name, hostname, sorted(mine))
             if host.credential == "key" and host.identity_file is None:
                 # Never a silent login with whatever ~/.ssh/id_* holds: "key" means the named one.
-                raise self.fail("'key' needs identity_file (the private key to log in with): set "
-                                "identity_file, or use credential: agent or auto", (), merged.origins[("credential",)])
+                raise self.fail(
+                    "'key' needs identity_file (the private key to log in with): set identity_file, or use "
+                    "credential: agent or auto",
+                    ("credential",),
+                    merged.origins[("credential",)],
+                )
         try:
             TopologicalSorter({name: host.jump for name, host in hosts.items()}).prepare()
         except CycleError as exc:

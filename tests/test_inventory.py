@@ -680,3 +680,96 @@ def test_parse_ssh_config_only_raises_inventory_error(text: str, alias: str) -> 
         return
     assert set(result) <= {"hostname", "user", "port", "identity_file", "jump"}
     assert set(result.get("jump", [])) <= {"a", "b"}
+
+
+# --- the file as pydantic models -----------------------------------------------------------------
+
+
+def test_settings_model_is_derived_from_host() -> None:
+    from remote_bash._inventory_file import GroupEntry, HostEntry, HostSettings, InventoryFile
+
+    assert set(HostSettings.model_fields) == set(Host.model_fields) - {"name", "hostname", "groups"}
+    assert set(HostEntry.model_fields) == set(HostSettings.model_fields) | {"hostname"}
+    assert not [name for name, field in HostEntry.model_fields.items() if field.is_required()]
+    for model in (HostSettings, HostEntry, GroupEntry, InventoryFile):
+        assert model.model_config.get("extra") == "forbid", model
+    # Bounds and validators come with the fields.
+    assert HostSettings.model_fields["port"].metadata == Host.model_fields["port"].metadata
+
+
+def test_unset_inherits_and_null_overrides(tmp_path: Path) -> None:
+    inv = load_inventory(
+        write(
+            tmp_path,
+            """\
+            defaults: {user: deploy, limits: {cpu_seconds: 5, nice: 3}}
+            hosts:
+              a: {user: null}
+              b: {}
+            groups:
+              g: {hosts: [a, b], vars: {limits: {nice: 7}}}
+            """,
+        )
+    )
+    assert (inv.hosts["a"].user, inv.hosts["b"].user) == (None, "deploy")
+    assert (inv.hosts["b"].limits.cpu_seconds, inv.hosts["b"].limits.nice) == (5, 7)
+
+
+def test_numbers_in_string_fields_are_strings(tmp_path: Path) -> None:
+    assert load_inventory(write(tmp_path, "hosts:\n  a: {user: 1000}\n")).hosts["a"].user == "1000"
+
+
+def test_several_problems_say_how_many(tmp_path: Path) -> None:
+    error = load_error(tmp_path, "hosts:\n  a:\n    port: x\n    user: [1]\n")
+    assert (error.field, error.line) == ("hosts.a.port", 3)
+    assert str(error).endswith("(and 1 more problems)")
+
+
+def test_misspelt_section_is_named_before_the_missing_one(tmp_path: Path) -> None:
+    error = load_error(tmp_path, "hostz:\n  a: {}\n")
+    assert "unknown field 'hostz'; did you mean 'hosts'?" in str(error)
+    assert (error.field, error.line) == ("hostz", 1)
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "line", "message"),
+    [
+        ("defaults:\n  redact: ['[']\nhosts: {a: {}}\n", "defaults.redact.0", 2, "not a valid regular expression"),
+        ("hosts: {a: {}}\ngroups:\n  g:\n    vars: {jump: [b]}\n", "groups.g.vars.jump.0", 4, "'b' is not a host"),
+        ("hosts: {a: {}}\ngroups:\n  g: {vars: {forks: 0}}\n", "groups.g.vars.forks", 3, "a positive integer, got 0"),
+        ("hosts: {a: {}}\ngroups:\n  g: {vars: {name: x}}\n", "groups.g.vars.name", 3, "'name' cannot be set here"),
+        ("hosts: {a: {}}\ngroups:\n  g: {hosts: a}\n", "groups.g.hosts", 3, "expected a list of strings, got 'a'"),
+        ("hosts: {a: {limits: {nice: 40}}}\n", "hosts.a.limits.nice", 1, "an integer from 0 to 19, got 40"),
+        ("hosts: {a: {limits: 5}}\n", "hosts.a.limits", 1, "a mapping with any of the keys cpu_seconds"),
+    ],
+)
+def test_errors_in_every_section(tmp_path: Path, text: str, field: str, line: int, message: str) -> None:
+    error = load_error(tmp_path, text)
+    assert (error.field, error.line) == (field, line)
+    assert message in str(error)
+
+
+def test_group_depth_and_cycles_through_graphlib(tmp_path: Path) -> None:
+    # A diamond: top contains left and right, both contain bottom; bottom's vars win, then by name.
+    inv = load_inventory(
+        write(
+            tmp_path,
+            """\
+            hosts: {h: {}}
+            groups:
+              bottom: {hosts: [h], vars: {user: bottom}}
+              right: {children: [bottom], vars: {user: right, port: 2}}
+              left: {children: [bottom], vars: {user: left, port: 1, command_timeout: 9}}
+              top: {children: [left, right], vars: {command_timeout: 1, connect_timeout: 3}}
+            """,
+        )
+    )
+    h = inv.hosts["h"]
+    assert (h.user, h.port, h.command_timeout, h.connect_timeout) == ("bottom", 2, 9, 3)
+    assert inv.groups["top"] == ["h"]
+    error = load_error(tmp_path, "hosts: {a: {}}\ngroups:\n  b: {}\n  g: {children: [g]}\n")
+    assert "groups contain each other in a cycle: g -> g" in str(error)
+    assert (error.field, error.line) == ("groups.g.children", 4)
+    error = load_error(tmp_path, "hosts:\n  x: {}\n  c: {jump: [a]}\n  a: {jump: [b]}\n  b: {jump: [c]}\n")
+    assert "jump hosts form a cycle: c -> a -> b -> c" in str(error)
+    assert error.line == 3
