@@ -5,6 +5,11 @@ the user's ``~/.ssh/config``; nothing here ever connects to a host. Every proble
 an :class:`~remote_bash.errors.InventoryError` naming the file, the line, the field and what was
 expected, so a typo is never a silent default.
 
+The file is checked once against the pydantic models of :mod:`remote_bash._inventory_file` (the
+settings a host entry, a group's ``vars`` and ``defaults`` share are derived from :class:`Host`);
+what stays here is what no single section can check: names, references between hosts and groups
+(through :mod:`graphlib` for cycles and nesting), the layering, and the patterns.
+
 A host's settings are layered, lowest first: the built-in defaults of :class:`Host`, the
 ``defaults`` section, the ``vars`` of each group the host is in (outer groups before the groups
 nested in them, then by name), the smallest ``forks`` of those groups, the values found under the
@@ -197,12 +202,9 @@ class _Merged:
                 for sub in value if isinstance(value, dict) else ():
                     self.origins[(key, sub)] = layer
 
-    def origin(self, loc: Where) -> tuple[_Layer | None, Where]:
-        """The layer that set the value at ``loc``, and the rest of ``loc`` below it."""
-        for n in range(len(loc), 0, -1):
-            if loc[:n] in self.origins:
-                return self.origins[loc[:n]], loc
-        return None, loc
+    def origin(self, loc: Where) -> _Layer | None:
+        """The layer that set the value at ``loc`` (or the value around it)."""
+        return next((self.origins[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in self.origins), None)
 
 
 class _Groups:
@@ -299,11 +301,9 @@ class _Builder:
         except ValidationError as exc:
             errors = exc.errors()
             loc = tuple(str(part) for part in errors[0]["loc"] if part != "[key]")
-            layer, rest = merged.origin(loc)
             more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
-            if layer is None:
-                layer = _Layer(self.name, ("hosts", name), {})
-            raise self.fail(explain(errors[0], Host) + more, rest, layer) from None
+            layer = merged.origin(loc) or _Layer(self.name, ("hosts", name), {})
+            raise self.fail(explain(errors[0], Host) + more, loc, layer) from None
 
     def build(self, spec: InventoryFile, defaults_raw: dict[str, Any]) -> Inventory:
         names = list(spec.hosts)
