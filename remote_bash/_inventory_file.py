@@ -112,27 +112,51 @@ class InventoryFile(BaseModel):
     """Groups by name."""
 
 
-def validate_file(doc: Any, path: str, lines: Mapping[Where, int]) -> InventoryFile:
-    """``doc`` (parsed YAML) as an :class:`InventoryFile`, or an :class:`InventoryError`."""
+def validate_file(
+    doc: Any, path: str, lines: Mapping[Where, int], model: type[BaseModel] = InventoryFile
+) -> Any:
+    """``doc`` (parsed YAML) as a ``model`` (an :class:`InventoryFile`), or an :class:`InventoryError`."""
     try:
-        return InventoryFile.model_validate(doc)
+        return model.model_validate(doc)
     except ValidationError as exc:
-        errors = exc.errors()
-        first = errors[0]
-        if first["type"] == "missing":
-            # A misspelt key explains the missing one beside it: "unknown field 'hostz'" says more.
-            first = next(
-                (e for e in errors if e["type"] == "extra_forbidden" and e["loc"][:-1] == first["loc"][:-1]), first
-            )
-        where = tuple(str(part) for part in first["loc"] if part != "[key]")
-        more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
-        message = explain(first, InventoryFile) + more
+        first, count = first_problem(exc, doc)
+        where = yaml_path(first, doc)
+        more = f" (and {count - 1} more problems)" if count > 1 else ""
+        message = explain(first, model, where) + more
         raise InventoryError(message, path=path, line=line_of(lines, where), field=".".join(where) or None) from None
 
 
-def explain(error: ErrorDetails, model: type[BaseModel]) -> str:
-    """What a pydantic error means, for a person: what was expected and what was found."""
-    kind, loc = error["type"], tuple(part for part in error["loc"] if part != "[key]")
+def first_problem(exc: ValidationError, doc: Any) -> tuple[ErrorDetails, int]:
+    """The error to report, and how many places in ``doc`` have one."""
+    errors = exc.errors()
+    first = errors[0]
+    if first["type"] == "missing":
+        # A misspelt key explains the missing one beside it: "unknown field 'hostz'" says more.
+        siblings = (e for e in errors if e["type"] == "extra_forbidden" and e["loc"][:-1] == first["loc"][:-1])
+        first = next(siblings, first)
+    # A value that fits no member of a union is one problem, not one per member.
+    return first, len({yaml_path(error, doc) for error in errors})
+
+
+def yaml_path(error: ErrorDetails, doc: Any) -> Where:
+    """The error's ``loc`` as a path in the document: without dict-key markers and union members'
+    tags (``bool``, ``literal['ask']``), which name no key of the file."""
+    path: list[str] = []
+    value = doc
+    for index, part in enumerate(error["loc"]):
+        if isinstance(value, dict) and str(part) in value:
+            value = value[str(part)]
+        elif isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value):
+            value = value[part]
+        elif not (error["type"] == "missing" and index == len(error["loc"]) - 1):
+            continue
+        path.append(str(part))
+    return tuple(path)
+
+
+def explain(error: ErrorDetails, model: type[BaseModel], where: Where) -> str:
+    """What a pydantic error at ``where`` means, for a person: what was expected and what was found."""
+    kind, loc = error["type"], where
     if kind == "missing" and loc == ("hosts",):
         return "the file has no 'hosts' section"
     if kind == "missing":
@@ -173,7 +197,7 @@ def _at(schema: Mapping[str, Any], loc: Sequence[Any], defs: Mapping[str, Any]) 
         elif isinstance(node.get("items"), dict):
             node = node["items"]
         else:
-            break  # a union member's tag: describe the union
+            break
         node = _resolve(node, defs)
     return node
 
@@ -187,6 +211,8 @@ def _describe(node: Mapping[str, Any], defs: Mapping[str, Any]) -> str:
         return " or ".join(_describe(option, defs) for option in node["anyOf"] if option.get("type") != "null")
     if "enum" in node:
         return "one of " + ", ".join(repr(v) for v in node["enum"])
+    if "const" in node:
+        return repr(node["const"])
     if kind == "boolean":
         return "true or false"
     if kind in ("integer", "number"):

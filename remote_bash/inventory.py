@@ -14,7 +14,8 @@ A host's settings are layered, lowest first: the built-in defaults of :class:`Ho
 ``defaults`` section, the ``vars`` of each group the host is in (outer groups before the groups
 nested in them, then by name), the smallest ``forks`` of those groups, the values found under the
 host's ``ssh_config`` alias, and finally the host's own fields. Mapping fields (``env``,
-``labels``, ``limits``, ``policy``) merge key by key; every other field replaces.
+``labels``, ``limits``, ``policy``, and any mapping field added to Host) merge key by key; every
+other field replaces.
 """
 
 from __future__ import annotations
@@ -30,7 +31,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from remote_bash._inventory_file import GroupEntry, HostSettings, InventoryFile, explain, suggest, validate_file
+from remote_bash._inventory_file import (
+    GroupEntry,
+    HostSettings,
+    InventoryFile,
+    explain,
+    first_problem,
+    suggest,
+    validate_file,
+    yaml_path,
+)
 from remote_bash._paths import config_dir
 from remote_bash._ssh_config import parse_ssh_config, read_ssh_config
 from remote_bash._yaml_lines import MAX_FILE_BYTES, MAX_NODES, Where, line_of, parse_yaml, read_text
@@ -47,7 +57,6 @@ __all__ = [
     "select_names",
 ]
 
-_MERGED = frozenset({"env", "labels", "limits", "policy"})
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 _GLOB_CHARS = frozenset("*?[")
 
@@ -193,7 +202,9 @@ class _Merged:
         for layer in layers:
             for key, value in layer.values.items():
                 old = self.values.get(key)
-                if key in _MERGED and isinstance(value, dict) and isinstance(old, dict):
+                # Every mapping field (env, labels, limits, policy, and any added to Host later)
+                # merges key by key; lists and scalars replace.
+                if isinstance(value, dict) and isinstance(old, dict):
                     self.values[key] = {**old, **value}
                 else:
                     self.values[key] = value
@@ -296,14 +307,15 @@ class _Builder:
         return _Layer(str(self.ssh_path), (), values, places)
 
     def validate(self, merged: _Merged, name: str, hostname: str, groups: list[str]) -> Host:
+        data = {**merged.values, "name": name, "hostname": hostname, "groups": groups}
         try:
-            return Host.model_validate({**merged.values, "name": name, "hostname": hostname, "groups": groups})
+            return Host.model_validate(data)
         except ValidationError as exc:
-            errors = exc.errors()
-            loc = tuple(str(part) for part in errors[0]["loc"] if part != "[key]")
-            more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+            first, count = first_problem(exc, data)
+            loc = yaml_path(first, data)
+            more = f" (and {count - 1} more problems)" if count > 1 else ""
             layer = merged.origin(loc) or _Layer(self.name, ("hosts", name), {})
-            raise self.fail(explain(errors[0], Host) + more, loc, layer) from None
+            raise self.fail(explain(first, Host, loc) + more, loc, layer) from None
 
     def build(self, spec: InventoryFile, defaults_raw: dict[str, Any]) -> Inventory:
         names = list(spec.hosts)
@@ -326,7 +338,7 @@ class _Builder:
             if isinstance(alias, str) and alias:
                 ssh = self.ssh_layer(alias, merged.origins[("ssh_config",)], names)
                 merged = _Merged([*layers, ssh, own])
-            hostname = merged.values.pop("hostname", name)
+            hostname = merged.values.get("hostname", name)
             hosts[name] = host = self.validate(merged, name, hostname, sorted(mine))
             if host.credential == "key" and host.identity_file is None:
                 # Never a silent login with whatever ~/.ssh/id_* holds: "key" means the named one.
@@ -415,7 +427,7 @@ def load_inventory(
     doc, lines = parse_yaml(read_text(file, "inventory file"), str(file))
     if doc is None:
         raise InventoryError("the file is empty; expected a mapping with a 'hosts' section", path=str(file))
-    spec = validate_file(doc, str(file), lines)
+    spec: InventoryFile = validate_file(doc, str(file), lines)
     ssh_path = Path(ssh_config_path).expanduser() if ssh_config_path is not None else None
     inventory = _Builder(file, lines, ssh_path).build(spec, doc.get("defaults") or {})
     for host in inventory.hosts.values():

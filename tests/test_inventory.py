@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import Literal
 
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel, ConfigDict
 
+from remote_bash._inventory_file import validate_file
+from remote_bash._yaml_lines import parse_yaml
 from remote_bash.errors import InventoryError, SelectionError
 from remote_bash.inventory import (
     MAX_FILE_BYTES,
@@ -773,3 +777,17 @@ def test_group_depth_and_cycles_through_graphlib(tmp_path: Path) -> None:
     error = load_error(tmp_path, "hosts:\n  x: {}\n  c: {jump: [a]}\n  a: {jump: [b]}\n  b: {jump: [c]}\n")
     assert "jump hosts form a cycle: c -> a -> b -> c" in str(error)
     assert error.line == 3
+
+
+class _WithUnion(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    approve: bool | Literal["ask"] = False
+
+
+def test_a_value_no_union_member_takes_is_one_problem_at_its_own_path() -> None:
+    doc, lines = parse_yaml("# a union field\napprove: maybe\n", "f.yaml")
+    with pytest.raises(InventoryError) as info:
+        validate_file(doc, "f.yaml", lines, _WithUnion)
+    assert (info.value.field, info.value.line) == ("approve", 2)
+    assert str(info.value) == "f.yaml:2: approve: expected true or false or 'ask', got 'maybe'"
