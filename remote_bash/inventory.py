@@ -272,16 +272,24 @@ class _Builder:
         return layer
 
     def check_patterns(self, layer: _Layer) -> None:
-        """Every deny and redact pattern compiles: the one place patterns are checked at load."""
-        policy = layer.values.get("policy") or {}
-        for where, patterns in ((("policy", "deny"), policy.get("deny")), (("redact",), layer.values.get("redact"))):
-            for index, pattern in enumerate(patterns or ()):
-                try:
-                    re.compile(pattern)
-                except re.error as exc:
-                    raise self.fail(
-                        f"{pattern!r} is not a valid regular expression: {exc}", (*where, str(index)), layer
-                    ) from None
+        """Every regular expression a layer sets compiles (deny, redact and approval rules): the one
+        place patterns are checked at load, each at the line that sets it."""
+        values = layer.values
+        found: list[tuple[Where, Any]] = [
+            (("policy", "deny", str(i)), p) for i, p in enumerate((values.get("policy") or {}).get("deny") or ())
+        ]
+        found += [(("redact", str(i)), p) for i, p in enumerate(values.get("redact") or ())]
+        rules = values.get("approve")
+        found += [
+            (("approve", str(i), "regex"), rule["regex"])
+            for i, rule in enumerate(rules if isinstance(rules, list) else ())
+            if isinstance(rule, dict) and "regex" in rule
+        ]
+        for where, pattern in found:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise self.fail(f"{pattern!r} is not a valid regular expression: {exc}", where, layer) from None
 
     def ssh_layer(self, alias: str, origin: _Layer, hosts: Collection[str]) -> _Layer:
         if self._ssh_text is None:

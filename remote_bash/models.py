@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator
 
 __all__ = [
     "ApproveRule",
@@ -35,8 +35,8 @@ def _env_names(value: dict[str, str]) -> dict[str, str]:
     return value
 
 
-# A type rather than a model validator, so a model derived from Host's fields (the inventory
-# file's host settings) checks the names too.
+# Validators of Host's fields are types rather than methods, so the inventory file's host settings
+# (derived from Host's fields) run them too, at the line that sets the value.
 EnvVars = Annotated[dict[str, str], AfterValidator(_env_names)]
 
 
@@ -107,6 +107,38 @@ ApproveRule = Literal["privilege", "packages", "services", "deletions"] | RegexA
 """One approval rule: a named class of commands, a regular expression, or writes outside paths."""
 
 
+def _approve_rules(value: object) -> object:
+    """One clear sentence for a wrong rule, instead of every member of the union failing at once."""
+    if value is None or value in ("never", "all"):
+        return value
+    if not isinstance(value, list):
+        raise ValueError(f"expected 'never', 'all' or a list of rules, got {value!r}")
+    for index, rule in enumerate(value):
+        if isinstance(rule, RegexApproveRule | WritesOutsideRule):
+            continue
+        if isinstance(rule, str):
+            if rule not in APPROVE_CLASSES:
+                raise ValueError(f"rule {index}: {rule!r} is not a class of commands; expected one of "
+                                 f"{', '.join(APPROVE_CLASSES)}, {{regex: ...}} or {{writes_outside: [...]}}")
+            continue
+        if not (isinstance(rule, dict) and len(rule) == 1 and next(iter(rule)) in ("regex", "writes_outside")):
+            raise ValueError(f"rule {index}: expected a class name, {{regex: PATTERN}} or "
+                             f"{{writes_outside: [PATHS]}}, got {rule!r}")
+        if "writes_outside" in rule:
+            paths = rule["writes_outside"]
+            if not isinstance(paths, list) or not paths or not all(
+                    isinstance(p, str) and p.startswith("/") for p in paths):
+                raise ValueError(f"rule {index}: writes_outside takes a list of absolute paths, got {paths!r}")
+        elif not isinstance(rule["regex"], str):
+            raise ValueError(f"rule {index}: regex takes a string, got {rule['regex']!r}")
+    return value
+
+
+# A type rather than a model validator, so the inventory file's host settings (derived from
+# Host's fields) give the same sentence at the line that sets the rule.
+ApproveSetting = Annotated[Literal["never", "all"] | list[ApproveRule] | None, BeforeValidator(_approve_rules)]
+
+
 class _Origin:
     """The inventory a host was loaded from, so a session made from the host alone is still gated
     by it. Provenance, not identity: it never makes two hosts unequal."""
@@ -174,40 +206,12 @@ class Host(_Config):
     """Extra regular expressions whose matches are masked in output and audit records."""
     forks: int | None = Field(default=None, ge=1)
     """Largest number of hosts of this host's groups worked on at once by the fleet commands."""
-    approve: Literal["never", "all"] | list[ApproveRule] | None = None
+    approve: ApproveSetting = None
     """Which commands Claude asks for need a person's yes before they are sent: ``never``, ``all``
     or a list of rules. ``None``: every named class on hosts labelled production, nothing elsewhere."""
     audit_key_file: Path | None = None
     """A file holding the key of this host's audit chain (``remote-bash audit key init --file``);
     ``None`` means the key in the OS keyring, if one is kept there."""
-
-    @field_validator("approve", mode="before")
-    @classmethod
-    def _approve_rules(cls, value: object) -> object:
-        """One clear sentence for a wrong rule, instead of every member of the union failing at once."""
-        if value is None or value in ("never", "all"):
-            return value
-        if not isinstance(value, list):
-            raise ValueError(f"expected 'never', 'all' or a list of rules, got {value!r}")
-        for index, rule in enumerate(value):
-            if isinstance(rule, RegexApproveRule | WritesOutsideRule):
-                continue
-            if isinstance(rule, str):
-                if rule not in APPROVE_CLASSES:
-                    raise ValueError(f"rule {index}: {rule!r} is not a class of commands; expected one of "
-                                     f"{', '.join(APPROVE_CLASSES)}, {{regex: ...}} or {{writes_outside: [...]}}")
-                continue
-            if not (isinstance(rule, dict) and len(rule) == 1 and next(iter(rule)) in ("regex", "writes_outside")):
-                raise ValueError(f"rule {index}: expected a class name, {{regex: PATTERN}} or "
-                                 f"{{writes_outside: [PATHS]}}, got {rule!r}")
-            if "writes_outside" in rule:
-                paths = rule["writes_outside"]
-                if not isinstance(paths, list) or not paths or not all(
-                        isinstance(p, str) and p.startswith("/") for p in paths):
-                    raise ValueError(f"rule {index}: writes_outside takes a list of absolute paths, got {paths!r}")
-            elif not isinstance(rule["regex"], str):
-                raise ValueError(f"rule {index}: regex takes a string, got {rule['regex']!r}")
-        return value
 
     @property
     def address(self) -> str:

@@ -745,6 +745,8 @@ def test_misspelt_section_is_named_before_the_missing_one(tmp_path: Path) -> Non
         ("hosts: {a: {}}\ngroups:\n  g: {hosts: a}\n", "groups.g.hosts", 3, "expected a list of strings, got 'a'"),
         ("hosts: {a: {limits: {nice: 40}}}\n", "hosts.a.limits.nice", 1, "an integer from 0 to 19, got 40"),
         ("hosts: {a: {limits: 5}}\n", "hosts.a.limits", 1, "a mapping with any of the keys cpu_seconds"),
+        ("hosts:\n  a:\n    approve:\n      - {regex: '('}\n", "hosts.a.approve.0.regex", 4, "not a valid regular"),
+        ("defaults: {approve: [sudo]}\nhosts: {a: {}}\n", "defaults.approve", 1, "'sudo' is not a class of commands"),
     ],
 )
 def test_errors_in_every_section(tmp_path: Path, text: str, field: str, line: int, message: str) -> None:
