@@ -90,17 +90,24 @@ def read_ssh_config(
     inventory_hosts: Collection[str] | None = None,
     path: str | os.PathLike[str] | None = None,
     home: Path | None = None,
+    included: dict[str, str] | None = None,
 ) -> SshOptions:
-    """Everything ssh config ``text`` (read from ``path``) gives ``alias``; ``home`` is ``~``."""
-    reader = _Reader(alias, inventory_hosts, home or Path.home())
+    """Everything ssh config ``text`` (read from ``path``) gives ``alias``; ``home`` is ``~``.
+
+    ``included`` caches the text of included files by name, for reading many aliases at once.
+    """
+    reader = _Reader(alias, inventory_hosts, home or Path.home(), {} if included is None else included)
     reader.read(text, str(path) if path is not None else None, 0, True)
     reader.finish()
     return reader.found
 
 
 class _Reader:
-    def __init__(self, alias: str, inventory_hosts: Collection[str] | None, home: Path) -> None:
+    def __init__(
+        self, alias: str, inventory_hosts: Collection[str] | None, home: Path, included: dict[str, str]
+    ) -> None:
         self.alias = alias
+        self.included = included
         self.inventory_hosts = inventory_hosts
         self.home = home
         self.found = SshOptions()
@@ -232,8 +239,10 @@ class _Reader:
             expanded = str(self.home) + pattern[1:] if pattern.startswith("~/") else pattern
             full = expanded if os.path.isabs(expanded) else str(self.home / ".ssh" / expanded)
             for name in sorted(glob.glob(full)):
-                if Path(name).is_file():
-                    self.read(read_text(Path(name), "ssh config file"), name, depth + 1, True)
+                if name not in self.included and Path(name).is_file():
+                    self.included[name] = read_text(Path(name), "ssh config file")
+                if name in self.included:
+                    self.read(self.included[name], name, depth + 1, True)
 
     def finish(self) -> None:
         """Expand IdentityFile tokens now that HostName, Port and User are known."""

@@ -236,6 +236,7 @@ class _Builder:
         self.lines = lines
         self.ssh_path = ssh_path or Path("~/.ssh/config").expanduser()
         self._ssh_text: str | None = None
+        self._ssh_included: dict[str, str] = {}  # each included file is read once per load
 
     def fail(self, message: str, where: Where, layer: _Layer | None = None) -> InventoryError:
         """An error at ``where`` inside ``layer`` (or the file itself)."""
@@ -300,7 +301,9 @@ class _Builder:
                     origin,
                 )
             self._ssh_text = read_text(self.ssh_path, "ssh config file")
-        found = read_ssh_config(self._ssh_text, alias, inventory_hosts=hosts, path=self.ssh_path)
+        found = read_ssh_config(
+            self._ssh_text, alias, inventory_hosts=hosts, path=self.ssh_path, included=self._ssh_included
+        )
         if not found.matched:
             raise self.fail(f"no Host block in {self.ssh_path} matches {alias!r}", ("ssh_config",), origin)
         values = dict(found.values)

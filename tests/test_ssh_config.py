@@ -13,6 +13,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from remote_bash._ssh_config import read_ssh_config
 from remote_bash.errors import InventoryError
@@ -227,3 +229,27 @@ def test_inventory_error_in_an_ssh_value_points_at_the_ssh_line(home: Path, tmp_
                        ssh_config_path=home / ".ssh" / "config")
     assert (info.value.path, info.value.line) == (str(home / ".ssh" / "conf.d" / "00-empty.conf"), 2)
     assert "expected a non-empty string, got ''" in str(info.value)
+
+
+# No '/' or '~': an Include stays under the test's ~/.ssh.
+_lines = st.builds(
+    "{} {}".format,
+    st.sampled_from(["Host", "Match", "Include", "HostName", "IdentityFile", "Port", "User", "ProxyJump", "Tag"]),
+    st.text(alphabet="ab*?!%hpru{}$,'\" =#.", max_size=14),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_lines, max_size=8).map("\n".join), st.sampled_from(["a", "ab", "b.x"]))
+def test_read_ssh_config_only_raises_inventory_error(home: Path, text: str, alias: str) -> None:
+    (home / ".ssh" / "a").write_text("Include a\n")  # a file that includes itself
+    error: InventoryError | None = None
+    try:
+        found = read_ssh_config(text, alias, inventory_hosts={"a", "b"}, path="cfg", home=home)
+    except InventoryError as exc:
+        error = exc
+    if error is not None:
+        assert error.path in ("cfg", str(home / ".ssh" / "a")), error
+        return
+    assert set(found.values) <= {"hostname", "user", "port", "identity_file", "jump"}
+    assert found.values.get("identity_file") == (found.identity_files[0][0] if found.identity_files else None)
