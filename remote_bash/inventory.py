@@ -208,7 +208,8 @@ class _Merged:
                     self.values[key] = {**old, **value}
                 else:
                     self.values[key] = value
-                    self.origins = {k: v for k, v in self.origins.items() if k[:1] != (key,)}
+                    if isinstance(old, dict):  # the keys under the replaced mapping came from elsewhere
+                        self.origins = {k: v for k, v in self.origins.items() if k[:1] != (key,)}
                 self.origins[(key,)] = layer
                 for sub in value if isinstance(value, dict) else ():
                     self.origins[(key, sub)] = layer
@@ -329,8 +330,8 @@ class _Builder:
             raise self.fail(explain(first, Host, loc) + more, loc, layer) from None
 
     def build(self, spec: InventoryFile, defaults_raw: dict[str, Any]) -> Inventory:
-        names = list(spec.hosts)
-        for name in names:
+        names = set(spec.hosts)
+        for name in spec.hosts:
             self.check_name(name, ("hosts", name), "host")
         defaults = self.layer(spec.defaults, ("defaults",), names)
         entries = {name: self.layer(entry, ("hosts", name), names) for name, entry in spec.hosts.items()}
@@ -362,7 +363,7 @@ class _Builder:
         try:
             TopologicalSorter({name: host.jump for name, host in hosts.items()}).prepare()
         except CycleError as exc:
-            cycle = _cycle(exc, names)
+            cycle = _cycle(exc, list(spec.hosts))
             raise self.fail(
                 "jump hosts form a cycle: " + " -> ".join(cycle) + " (set jump: [] on a host "
                 "to stop it inheriting one)",
