@@ -793,3 +793,11 @@ def test_a_value_no_union_member_takes_is_one_problem_at_its_own_path() -> None:
         validate_file(doc, "f.yaml", lines, _WithUnion)
     assert (info.value.field, info.value.line) == ("approve", 2)
     assert str(info.value) == "f.yaml:2: approve: expected true or false or 'ask', got 'maybe'"
+
+
+def test_every_path_field_is_relative_to_the_inventory(tmp_path: Path) -> None:
+    fields = [name for name, info in Host.model_fields.items() if info.annotation == Path | None]
+    assert {"identity_file", "known_hosts"} <= set(fields)  # and any path field added later
+    body = ", ".join(f"{name}: keys/{name}" for name in fields)
+    host = load_inventory(write(tmp_path, f"hosts:\n  h: {{{body}}}\n")).hosts["h"]
+    assert {name: getattr(host, name) for name in fields} == {name: tmp_path / "keys" / name for name in fields}
