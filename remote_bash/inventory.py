@@ -42,6 +42,7 @@ from remote_bash._inventory_file import (
     yaml_path,
 )
 from remote_bash._paths import config_dir
+from remote_bash._regex import PatternError, compile_linear
 from remote_bash._ssh_config import parse_ssh_config, read_ssh_config
 from remote_bash._yaml_lines import MAX_FILE_BYTES, MAX_NODES, Where, line_of, parse_yaml, read_text
 from remote_bash.errors import InventoryError, SelectionError
@@ -289,9 +290,9 @@ class _Builder:
         ]
         for where, pattern in found:
             try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise self.fail(f"{pattern!r} is not a valid regular expression: {exc}", where, layer) from None
+                compile_linear(pattern, multiline=where[0] != "redact")
+            except PatternError as exc:
+                raise self.fail(f"{pattern!r} cannot be used: {exc}", where, layer) from None
 
     def ssh_layer(self, alias: str, origin: _Layer, hosts: Collection[str]) -> _Layer:
         if self._ssh_text is None:

@@ -10,17 +10,23 @@ whatever it runs, and bash's grammar is larger than the parser here. Least privi
 
 When in doubt the parser refuses: a command it cannot read, or whose name is only known after an
 expansion (``$cmd``, ``l?``, ``{rm,-rf}``), is not allowed through an allowlist.
+
+Deny patterns run on a linear-time engine (RE2, see ``_regex``): a command of any length is
+checked in time proportional to its length, whatever the pattern.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
+from remote_bash._regex import LinearPattern, PatternError, compile_linear
 from remote_bash.models import CommandPolicy
 
-__all__ = ["PolicyDecision", "SimpleCommands", "check_command", "host_in_allowlist", "simple_commands"]
+__all__ = ["PolicyDecision", "SimpleCommands", "check_command", "deny_pattern", "host_in_allowlist",
+           "simple_commands"]
 
 _MAX_DEPTH = 32
 _MAX_REPARSES = 16
@@ -65,6 +71,16 @@ def host_in_allowlist(host_name: str, allowed_names: Collection[str] | None) -> 
     return allowed_names is None or host_name in allowed_names
 
 
+@functools.lru_cache(maxsize=256)
+def deny_pattern(pattern: str) -> LinearPattern:
+    """A ``policy.deny`` pattern compiled for the linear-time engine, ``^``/``$`` at every line.
+
+    Raises :class:`~remote_bash._regex.PatternError` for what RE2 cannot run (backreferences,
+    lookaround); the inventory loader calls this so such a pattern fails when the file is read.
+    """
+    return compile_linear(pattern, multiline=True)
+
+
 def check_command(command: str, policy: CommandPolicy) -> PolicyDecision:
     """Check a command against a host's policy: deny patterns first, then the allowlist.
 
@@ -74,9 +90,9 @@ def check_command(command: str, policy: CommandPolicy) -> PolicyDecision:
     for index, pattern in enumerate(policy.deny):
         rule = f"deny[{index}]: {pattern}"
         try:
-            hit = re.search(pattern, command, re.MULTILINE)
-        except re.error as exc:
-            reason = f"deny pattern {pattern!r} is not a valid regular expression ({exc}), so nothing runs"
+            hit = deny_pattern(pattern).search(command)
+        except PatternError as exc:
+            reason = f"deny pattern {pattern!r} cannot be used: {exc}, so nothing runs"
             return PolicyDecision(False, rule, reason)
         if hit:
             return PolicyDecision(False, rule, f"the command matches this host's deny rule {pattern!r}")

@@ -17,10 +17,11 @@ gives for the whole text; extra patterns should keep to one line for the same re
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from remote_bash._regex import LinearPattern, PatternError, compile_linear
 from remote_bash.errors import ConfigError
 
 __all__ = ["Redactor", "StreamRedactor", "mask"]
@@ -43,6 +44,9 @@ class _Rule:
     the search then skips through the text in C and only stops at those characters.
     """
     values: tuple[str, ...] = ()
+    check: Callable[[str], bool] | None = None
+    """A condition on the matched text, tested after the match so the expression needs no
+    lookahead that could scan far and fail (the backtracking that made ``sk-`` runs slow)."""
 
 
 # Private key blocks: BEGIN to the first END, or to the end of the text when END never comes.
@@ -53,11 +57,14 @@ _PEM_END_MAX = 128
 """No END marker is longer than this (the stream keeps this much to find a split one)."""
 
 # An assignment: a key ending in a keyword, a separator, then a quoted or bare value.
-# Only the value is masked; a Bearer/Basic scheme word before it is kept.
+# Only the value is masked; a Bearer/Basic scheme word before it is kept. A quoted value runs
+# to its closing quote, or to the end of the line when that never comes: a value cut short
+# (by the end of what was read so far) is masked to the cut, never shown in part.
 _SEP = r"""["']?[ \t]*(?:=>|:=|==|[:=])[ \t]*"""
 _VALUE = (
     r"""(?:(?i:bearer|basic)[ \t]+)?"""
-    r"""(?:"(?P<v1>(?:[^"\\\n]|\\.)+)"|'(?P<v2>(?:[^'\\\n]|\\.)+)'|["']?(?P<v3>(?![{\[])[^\s"',;&]+))"""
+    r"""(?:"(?P<v1>(?:[^"\\\n]|\\[^\n]?)+)"?|'(?P<v2>(?:[^'\\\n]|\\[^\n]?)+)'?"""
+    r"""|["']?(?P<v3>(?![{\[])[^\s"',;&]+))"""
 )
 _ASSIGNED = ("v1", "v2", "v3")
 
@@ -69,6 +76,10 @@ def _token(first: str, rest: str, before: str = "A-Za-z0-9") -> str:
     with a plain character, which lets the regex engine reject most positions at once.
     """
     return f"{first}(?<![{before}]{first}){rest}"
+
+
+def _has_digit(text: str) -> bool:
+    return any(c.isdigit() for c in text)
 
 
 def _either_case(first: str, rest: str) -> tuple[str, str]:
@@ -95,12 +106,14 @@ _RULES: tuple[_Rule, ...] = (
     _Rule("slack-token", _token("x", r"ox[baprs]-[A-Za-z0-9-]{10,}"), (r"xox[baprs]-",)),
     _Rule("anthropic-api-key", _token("s", r"k-ant-[A-Za-z0-9_-]{20,}"), (r"k(?<=sk)-",)),
     _Rule("stripe-key", _token("[sr]", r"k_live_[A-Za-z0-9]{10,}"), (r"k(?<=[sr]k)_live_",)),
-    # OpenAI-style keys: at least one digit, so hyphenated words like sk-learn-... stay.
-    _Rule("openai-api-key", _token("s", r"k-(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{20,}"), (r"k(?<=sk)-",)),
+    # OpenAI-style keys: at least one digit, so hyphenated words like sk-learn-... stay. The whole
+    # run is matched (and so consumed) before the digit is looked for: a run of "sk-sk-sk-..." is
+    # read once, not once per "sk-" in it.
+    _Rule("openai-api-key", _token("s", r"k-[A-Za-z0-9_-]{20,}"), (r"k(?<=sk)-",), check=_has_digit),
     _Rule("google-api-key", _token("A", r"Iza[A-Za-z0-9_-]{35}"), (r"z(?<=AIz)a",)),
     _Rule(
         "jwt",
-        _token("e", r"yJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*", "A-Za-z0-9_"),
+        _token("e", r"yJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*", "A-Za-z0-9_-"),
         (r"J(?<=eyJ)",),
     ),
     # A token after "Bearer": it has a digit or is long, so "Bearer authentication" stays.
@@ -122,24 +135,50 @@ _RULES: tuple[_Rule, ...] = (
     ),
     # scheme://user:PASSWORD@host: the password runs to the last @ before the path.
     _Rule("url-password", r"""://[^\s:/?#@"'<>]*:(?P<v1>[^\s/?#"'<>]+)(?=@)""", ("@",), ("v1",)),
+    # Key/value forms of config files and API answers: a key ending in the keyword, then a
+    # separator (=, :, =>, :=, with the key's closing quote in JSON), then the value. This covers
+    # env files and shell (FOO_SECRET=...), INI (aws_secret_access_key = ...), YAML (token: ...) and
+    # JSON ("SecretAccessKey": "..." from aws sts, "private_key": "..." of a service account).
     _Rule(
         "aws-secret-access-key",
-        rf"[Aa](?i:ws_?secret_?access_?key){_SEP}{_VALUE}",
+        rf"[Ss](?<!/[Ss])(?i:ecret_?access_?key){_SEP}{_VALUE}",
         _either_case("c", "(?<=(?i:sec))(?i:ret)"),
         _ASSIGNED,
     ),
     # A key ending in the keyword; "/etc/passwd: No such file" is a path, not an assignment.
     _Rule(
         "password",
-        rf"[Pp](?<!/[Pp])(?i:ass(?:word|wd)){_SEP}{_VALUE}",
-        _either_case("w", "(?<=(?i:passw))"),
+        rf"[Pp](?<!/[Pp])(?i:ass(?:word|wd|phrase)){_SEP}{_VALUE}",
+        (*_either_case("w", "(?<=(?i:passw))"), *_either_case("h", "(?<=(?i:passph))(?i:rase)")),
         _ASSIGNED,
+    ),
+    # .netrc: "machine h login u password p" on one line, or "password p" alone on its line.
+    _Rule(
+        "password",
+        r"(?:[Ll](?<![A-Za-z0-9_][Ll])(?i:ogin)[ \t]+[^\s]{1,256}[ \t]+|(?m:^)[ \t]*)"
+        r"(?i:password)[ \t]+(?P<v1>[^\s]+)(?:(?=[ \t]+(?i:machine|login|account|macdef|default)\b)|[ \t]*(?m:$))",
+        _either_case("w", "(?<=(?i:passw))"),
+        ("v1",),
     ),
     _Rule(
         "secret",
-        rf"[Ss](?<!/[Ss])(?i:ecret){_SEP}{_VALUE}",
+        rf"[Ss](?<!/[Ss])(?i:ecret(?:[_-]?key)?){_SEP}{_VALUE}",
         _either_case("c", "(?<=(?i:sec))(?i:ret)"),
         _ASSIGNED,
+    ),
+    # "private_key": "..." (JSON service accounts) and kubeconfig's client-key-data.
+    _Rule(
+        "private-key",
+        rf"(?:[Pp](?<!/[Pp])(?i:rivate[_-]?key)|[Kk](?<![A-Za-z0-9][Kk])(?i:ey[_-]data)){_SEP}{_VALUE}",
+        (*_either_case("v", "(?<=(?i:priv))(?i:ate)"), *_either_case("d", "(?<=(?i:key[_-]d))(?i:ata)")),
+        _ASSIGNED,
+    ),
+    # Docker's config.json: "auth": "<base64 of user:password>".
+    _Rule(
+        "auth",
+        r"""["'](?i:auth)["'][ \t]*:[ \t]*"(?P<v1>[^"\s]+)(?=")""",
+        _either_case("h", """(?<=(?i:auth))["']"""),
+        ("v1",),
     ),
     _Rule(
         "token",
@@ -180,10 +219,11 @@ def _trigger_expression(alternatives: list[str]) -> str:
 class Redactor:
     """Masks secrets in text.
 
-    ``patterns`` are extra regular expressions (Python syntax) whose every match is
-    masked as ``[REDACTED:custom]``; ``literals`` are exact secret values, masked as
-    ``[REDACTED:known-secret]`` wherever they appear. An invalid pattern raises
-    :class:`~remote_bash.errors.ConfigError`.
+    ``patterns`` are extra regular expressions (RE2 syntax, run in linear time: no
+    backreferences, no lookaround) whose every match is masked as ``[REDACTED:custom]``;
+    ``literals`` are exact secret values, masked as ``[REDACTED:known-secret]`` wherever they
+    appear. A pattern RE2 cannot run raises :class:`~remote_bash.errors.ConfigError` naming it
+    and the construct.
 
     How it stays fast: a trigger expression finds the few lines that could hold a secret
     (for most text, none), and only those lines go through the combined expression of all
@@ -258,6 +298,8 @@ class Redactor:
         name = match.lastgroup
         assert name is not None
         rule = self._rules[int(name[1:])]
+        if rule.check is not None and not rule.check(match.group()):
+            return match.group()
         for value in rule.values:
             start, end = match.span(f"{name}{value}")
             if start >= 0:
@@ -273,16 +315,16 @@ def _last_boundary(text: str, start: int, end: int) -> int:
     return -1 if match is None else match.end() - 1
 
 
-def _compile_custom(pattern: str) -> re.Pattern[str]:
+def _compile_custom(pattern: str) -> LinearPattern:
     try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise ConfigError(f"redaction pattern {pattern!r} is not a valid regular expression: {exc}") from exc
+        return compile_linear(pattern)
+    except PatternError as exc:
+        raise ConfigError(f"redact pattern {pattern!r} cannot be used: {exc}") from None
 
 
-def _replace_custom(match: re.Match[str]) -> str:
+def _replace_custom(matched: str) -> str:
     # A pattern that can match nothing (``x*``) would otherwise mask every gap between characters.
-    return mask("custom") if match.group() else ""
+    return mask("custom") if matched else ""
 
 
 _BOUNDARY = re.compile(r"""[\s"'`,;<>()\[\]{}]""")

@@ -162,7 +162,7 @@ def test_invalid_pattern_names_pattern_and_error() -> None:
         Redactor(patterns=[r"ok", r"bad(["])
     message = str(info.value)
     assert "bad([" in message
-    assert "unterminated character set" in message
+    assert "not a valid regular expression (missing ]" in message
 
 
 def test_mask_format() -> None:
