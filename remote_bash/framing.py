@@ -453,13 +453,18 @@ def _unchanged(text: str) -> str:
 
 
 def render_output(capture: OutputCapture, limit: int,
-                  redact: Callable[[str], str] = _unchanged) -> tuple[str, bool]:
+                  redact: Callable[[str], str] = _unchanged, *,
+                  redact_head: Callable[[str], str] | None = None,
+                  redact_tail: Callable[[str], str] | None = None) -> tuple[str, bool]:
     """The text Claude sees: decoded, cleaned, redacted, and cut to about ``limit`` characters.
 
     When the output is longer, the start and the end are kept and a marker says how much of
     the middle was cut. Redaction runs before the cut, on each kept piece whole, so a secret is
     never split by the cut; a tail that starts inside a private key (its BEGIN line was cut
-    away) is masked up to the key's END line. Returns (text, truncated).
+    away) is masked up to the key's END line. ``redact_head`` and ``redact_tail`` (the
+    redactor's own, when it has them) redact the kept start and end knowing where the capture
+    cut them, so a secret the capture's own cut falls into is not shown in part either.
+    Returns (text, truncated).
     """
     if capture.total <= capture.limit:
         text = redact(clean_text(bytes(capture.head).decode("utf-8", "replace")))
@@ -468,11 +473,14 @@ def render_output(capture: OutputCapture, limit: int,
         half = limit // 2
         cut = len(text) - 2 * half
         return f"{text[:half]}\n[... {cut:,} characters cut ...]\n{text[-half:]}", True
-    head = redact(clean_text(_decode_head(bytes(capture.head))))
+    head = (redact_head or redact)(clean_text(_decode_head(bytes(capture.head))))
     tail = clean_text(_decode_tail(capture.tail))
-    if "PRIVATE KEY-----" in tail:
-        tail = _ORPHAN_KEY_END.sub("[REDACTED:private-key]", tail, count=1)
-    tail = redact(tail)
+    if redact_tail is not None:
+        tail = redact_tail(tail)
+    else:
+        if "PRIVATE KEY-----" in tail:
+            tail = _ORPHAN_KEY_END.sub("[REDACTED:private-key]", tail, count=1)
+        tail = redact(tail)
     half = limit // 2
     head_kept, tail_kept = head[:half], tail[-half:] if half else ""
     shown = len(head_kept.encode("utf-8", "replace")) + len(tail_kept.encode("utf-8", "replace"))

@@ -198,6 +198,8 @@ _PEM_GROUP = "r0"
 
 _BEGIN_RE = re.compile(_PEM_BEGIN)
 _END_RE = re.compile(_PEM_END)
+_ORPHAN_KEY_END = re.compile(rf"\A(?:[^-]|-(?!----BEGIN))*{_PEM_END}")
+"""From the start to an END marker with no BEGIN before it: the end of a key whose start was cut."""
 
 
 def _first_char(alternative: str) -> str:
@@ -256,6 +258,39 @@ class Redactor:
     def redact(self, text: str) -> str:
         """``text`` with every secret replaced by ``[REDACTED:<kind>]``."""
         return self._redact_custom(self._redact_builtin(text, hold_open_pem=False)[0])
+
+    def redact_head(self, text: str) -> str:
+        """Redact ``text`` known to be the start of a longer output, cut at an arbitrary point.
+
+        Only what is safe whatever follows comes back: complete lines (or the safe part of a
+        long last line, as :class:`StreamRedactor` would release it), so a secret the cut falls
+        into is never shown in part. A private key block open at the cut becomes its mask.
+        """
+        stream = self.stream()
+        out = stream.feed(text)
+        return out + mask("private-key") if stream._mode is _Mode.HOLD else out
+
+    def redact_tail(self, text: str) -> str:
+        """Redact ``text`` known to be the end of a longer output, cut at an arbitrary point.
+
+        The first line is dropped: it may be the end of a secret whose start was cut away (the
+        tail of one line longer than ``text`` is dropped whole). What is left of a private key
+        block or of a known secret spanning lines that began before the cut is masked.
+        """
+        newline = text.find("\n")
+        if newline < 0:
+            return ""
+        text = text[newline + 1 :]
+        if "PRIVATE KEY-----" in text:
+            text = _ORPHAN_KEY_END.sub(mask("private-key"), text, count=1)
+        for literal in self._literals:
+            # The lines of a known secret that follow one of its own newlines.
+            rests = [literal[at + 1 :] for at, c in enumerate(literal) if c == "\n" and literal[at + 1 :]]
+            hit = next((rest for rest in rests if text.startswith(rest)), None)
+            if hit is not None:
+                text = mask("known-secret") + text[len(hit) :]
+                break
+        return self.redact(text)
 
     def stream(self, *, max_line: int = 4096, max_pem: int = 64 * 1024) -> StreamRedactor:
         """A :class:`StreamRedactor` using these rules."""
@@ -341,12 +376,39 @@ _HARD_LINE = 64 * 1024
 """A line part that long with no safe cut is released anyway, but for its last ``_CONTEXT``."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Open:
+    """A secret that a cut in a long line would split."""
+
+    start: int
+    """Where its match starts (a keyword's start, for an assignment)."""
+    value: int
+    """Where the masked part starts."""
+    kind: str
+    drop: re.Pattern[str]
+    """Matches the rest of it at the start of what follows the cut."""
+
+
 class _Mode(Enum):
     NORMAL = "normal"
     HOLD = "hold"
     """The buffer starts with a private key block whose END has not come yet."""
     SWALLOW = "swallow"
     """The block outgrew ``max_pem``: its mask is out, the rest is dropped up to END."""
+    DROP_VALUE = "drop-value"
+    """A secret in a line longer than ``_HARD_LINE`` ran past the part released: its mask is
+    out, the rest of it is dropped up to where it ends (``StreamRedactor._drop``)."""
+
+
+_DROP_QUOTED = {
+    '"': re.compile(r'(?:[^"\\\n]|\\[^\n]?)*'),
+    "'": re.compile(r"(?:[^'\\\n]|\\[^\n]?)*"),
+}
+"""The rest of a quoted value: up to its closing quote or the end of the line."""
+_DROP_BARE = re.compile(r"""[^\s"'<>]*""")
+"""The rest of a token, a bare value or a URL's user and password: up to a space or a quote."""
+_URL_OPEN = re.compile(r"""://[^\s/?#"'<>]*\Z""")
+"""A URL whose user part (and maybe password) runs to the end: its ``@`` may still come."""
 
 
 class StreamRedactor:
@@ -377,6 +439,9 @@ class StreamRedactor:
         """In HOLD: how much of the buffer was already searched for the END marker."""
         self._retry_at = 0
         """The buffer length at which to look again for a place to cut an over-long line."""
+        self._drop: re.Pattern[str] = _DROP_BARE
+        self._drop_mask = ""
+        """In DROP_VALUE: what of the buffer's start still belongs to the secret being dropped."""
 
     def feed(self, chunk: str) -> str:
         """Take the next chunk; return the redacted text that is safe to release now."""
@@ -392,13 +457,27 @@ class StreamRedactor:
             if not self._found_end():
                 return self._check_pem_bound()
             self._mode = _Mode.NORMAL
+        elif self._mode is _Mode.DROP_VALUE and not self._drop_value():
+            return ""
         return self._release()
+
+    def _drop_value(self) -> bool:
+        """Drop what remains of a secret cut by a hard line bound; False while it goes on."""
+        end = self._drop.match(self._buf)
+        assert end is not None  # the drop expressions match the empty string
+        if end.end() == len(self._buf):
+            # A backslash at the end may escape the quote that comes next: keep it.
+            self._buf = "\\" if self._buf.endswith("\\") and self._drop is not _DROP_BARE else ""
+            return False
+        self._buf = self._buf[end.end() :]
+        self._mode = _Mode.NORMAL
+        return True
 
     def flush(self) -> str:
         """Release everything held back; the redactor is ready for a new stream afterwards."""
         held, mode = self._buf, self._mode
         self._buf, self._mode, self._searched, self._retry_at = "", _Mode.NORMAL, 0, 0
-        return "" if mode is _Mode.SWALLOW else self._redactor.redact(held)
+        return "" if mode in (_Mode.SWALLOW, _Mode.DROP_VALUE) else self._redactor.redact(held)
 
     def _release(self) -> str:
         buf = self._buf
@@ -408,6 +487,19 @@ class StreamRedactor:
             # With no place to cut, look again only once the line has grown a little more.
             self._retry_at = len(buf) + _RETRY if line_cut == cut else 0
             cut = line_cut
+        elif cut and self._redactor._whole_text:
+            # A known secret that spans lines may start on the lines about to go out: hold it.
+            head = self._literal_head(buf, cut)
+            cut = cut if head < 0 else head
+        if self._mode is _Mode.DROP_VALUE:
+            # _line_cut found a secret running past the hard bound: out goes the text before it
+            # and its mask, and the rest of it is dropped as it arrives.
+            out = self._redactor.redact(buf[:cut]) + self._drop_mask
+            self._buf = buf[cut:]
+            self._retry_at = 0
+            if self._drop_value():
+                out += self._release()
+            return out
         if cut == 0:
             return ""
         out, open_at = self._redactor._redact_builtin(buf[:cut], hold_open_pem=True)
@@ -441,20 +533,53 @@ class StreamRedactor:
                     break
                 head = self._literal_head(buf, at + 1)
                 if head < 0:
-                    return at + 1
+                    opened = self._open_secret(buf, start, at + 1, dangers)
+                    if opened is None:
+                        return at + 1
+                    head = opened.start
                 hi = head
             hi = min(hi, danger)
         if len(buf) - start <= _HARD_LINE:
             return start
-        # Past the bound: release all but the last _CONTEXT characters, moving the cut back to
-        # the start of a secret it would fall into (unless that is the line's start).
+        # Past the bound: release all but the last _CONTEXT characters. A secret the cut would
+        # fall into is masked whole: the text before it goes out, then its mask, and the rest of
+        # it is dropped as it arrives (a secret that long is not shown in part, however long).
         cut = len(buf) - _CONTEXT
-        for match in self._redactor._combined.finditer(buf, max(start, cut - self._max_line)):
-            if match.start() >= cut:
-                break
-            if match.end() > cut:
-                return max(match.start(), start) if match.start() > start else cut
-        return cut
+        opened = self._open_secret(buf, start, cut, dangers)
+        if opened is None:
+            return cut
+        if opened.start > start:
+            return opened.start
+        self._mode, self._drop, self._drop_mask = _Mode.DROP_VALUE, opened.drop, mask(opened.kind)
+        return opened.value
+
+    def _open_secret(self, buf: str, start: int, cut: int, dangers: list[int]) -> _Open | None:
+        """The secret a cut at ``cut`` would split, or None.
+
+        Secrets that can hold a boundary character are quoted values and URL passwords, and a
+        keyword or ``://`` near the cut is already refused by the caller: so this looks at the
+        last one before the cut, however far back on the line, and at what starts there."""
+        last = max((d for d in dangers if d < cut), default=-1)
+        if last < 0:
+            return None
+        url = _URL_OPEN.search(buf, max(start, last - 2), cut)
+        if url is not None:
+            return _Open(url.start(), url.start() + 3, "url-password", _DROP_BARE)
+        combined = self._redactor._combined
+        for match in combined.finditer(buf, max(start, last - 64), cut):
+            if match.end() < cut:
+                continue
+            name = match.lastgroup
+            assert name is not None
+            kind = self._redactor._rules[int(name[1:])].kind
+            for value in ("v1", "v2", "v3"):
+                group = f"{name}{value}"
+                if group in combined.groupindex and match.start(group) >= 0:
+                    at = match.start(group)
+                    drop = _DROP_QUOTED[buf[at - 1]] if value != "v3" and buf[at - 1] in _DROP_QUOTED else _DROP_BARE
+                    return _Open(match.start(), at, kind, drop)
+            return _Open(match.start(), match.start(), kind, _DROP_BARE)
+        return None
 
     def _literal_head(self, buf: str, end: int) -> int:
         """Where a known secret starts whose head (up to a boundary character) ends at ``end``; else -1."""

@@ -706,7 +706,7 @@ class RemoteBashSession:
                 shell.close()
             if conn.is_closed or (shell.exit_status is None and shell.exit_signal is None and not
                                   (kill and kill.shell_replaced)):
-                text, _ = framing.render_output(call.capture, self.host.output_limit, self._redact)
+                text, _ = self._render(call.capture)
                 error = f"the connection to {self.host.hostname} was lost while the command ran"
                 if conn.lost_error:
                     error += f" ({conn.lost_error})"
@@ -733,7 +733,7 @@ class RemoteBashSession:
             exit_code = call.status
             if timed_out:
                 exit_code = None
-        text, truncated = framing.render_output(call.capture, self.host.output_limit, self._redact)
+        text, truncated = self._render(call.capture)
         result = CommandResult(
             command=command,
             output=text,
@@ -781,6 +781,12 @@ class RemoteBashSession:
 
     def _redact(self, text: str) -> str:
         return self._redactor.redact(text) if self._redactor is not None else text
+
+    def _render(self, capture: framing.OutputCapture) -> tuple[str, bool]:
+        # The redactor's head/tail forms, when it has them, know where the capture cut the output.
+        return framing.render_output(capture, self.host.output_limit, self._redact,
+                                     redact_head=getattr(self._redactor, "redact_head", None),
+                                     redact_tail=getattr(self._redactor, "redact_tail", None))
 
     async def _audit_write(self, event: str, *, strict: bool = False, **fields: Any) -> None:
         if self._audit is None:
