@@ -38,6 +38,7 @@ from ._paths import open_private, private_dir, state_dir, write_private
 from .errors import RemoteBashError
 from .facts import describe
 from .models import CommandResult
+from .redact import Redactor
 from .session import RemoteBashSession
 from .tool import TOOL_NAME, TOOL_TYPE, Approver, BashTool
 
@@ -239,20 +240,34 @@ class _Transcript:
     write handed to a thread could itself be cancelled by the Ctrl-C it is meant to record.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, redact: Callable[[str], str]) -> None:
         self.path = path
+        self._redact = redact
         # The transcript holds command output: readable by its owner only, never through a link.
         private_dir(path.parent, what="transcripts")
         fd = open_private(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, what="the transcript")
         self._fh = os.fdopen(fd, "a", encoding="utf-8")
 
     def write(self, kind: str, **fields: Any) -> None:
-        record = {"type": kind, "time": _now(), **fields}
+        # Every string masked: commands Claude wrote, the task, Claude's text (a resumed run is
+        # rebuilt from these, so it continues with the masks in place of the secrets).
+        record = {"type": kind, "time": _now(), **_masked(fields, self._redact)}
         self._fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
         self._fh.flush()
 
     def close(self) -> None:
         self._fh.close()
+
+
+def _masked(value: Any, redact: Callable[[str], str]) -> Any:
+    """``value`` (JSON-like) with ``redact`` applied to every string in it, keys aside."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: _masked(v, redact) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_masked(v, redact) for v in value]
+    return value
 
 
 class _Watched:
@@ -318,7 +333,11 @@ async def _run(task: str, session: RemoteBashSession | ToolSet, config: AgentCon
             await session.start()
         system = _system_blocks(session, config.system_extra)
         name, user, tools = session.host.name, session.info.user if session.info else None, TOOLS
-    transcript, messages = await asyncio.to_thread(_prepare, task, name, user, tools, config, system, resume)
+    # The session's redactor (with its host's patterns and known secrets); for a set of tools
+    # over many hosts, the built-in secret formats.
+    redact = session.redact if isinstance(session, RemoteBashSession) else Redactor().redact
+    transcript, messages = await asyncio.to_thread(_prepare, task, name, user, tools, config, system, resume,
+                                                   redact)
     loop = _Loop(session, config, client, on_event or (lambda event: None), transcript, messages, system,
                  approver)
     try:
@@ -328,10 +347,11 @@ async def _run(task: str, session: RemoteBashSession | ToolSet, config: AgentCon
 
 
 def _prepare(task: str, host: str, user: str | None, tools: list[dict[str, Any]], config: AgentConfig,
-             system: list[dict[str, Any]], resume: Path | None) -> tuple[_Transcript, list[dict[str, Any]]]:
+             system: list[dict[str, Any]], resume: Path | None,
+             redact: Callable[[str], str]) -> tuple[_Transcript, list[dict[str, Any]]]:
     """Open the transcript and build the first messages: the task, or the resumed conversation."""
     if resume is None:
-        transcript = _Transcript(config.transcript or _default_transcript(host))
+        transcript = _Transcript(config.transcript or _default_transcript(host), redact)
         transcript.write("meta", task=task, host=host, model=config.model, started=_now(), user=user,
                          system=system, tools=tools)
         return transcript, [{"role": "user", "content": task}]
@@ -340,7 +360,7 @@ def _prepare(task: str, host: str, user: str | None, tools: list[dict[str, Any]]
     if path.resolve() != resume.resolve():
         private_dir(path.parent, what="transcripts")
         write_private(path, resume.read_bytes(), what="the transcript")
-    transcript = _Transcript(path)
+    transcript = _Transcript(path, redact)
     transcript.write("resume", host=host, model=config.model, started=_now(), task=task or None)
     _answer_pending(messages, records, transcript)
     note = task if task.strip() else ""

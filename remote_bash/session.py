@@ -735,7 +735,7 @@ class RemoteBashSession:
                 exit_code = None
         text, truncated = self._render(call.capture)
         result = CommandResult(
-            command=command,
+            command=self._redact(command),  # shown and stored (--json, fleet files): masked like the output
             output=text,
             exit_code=exit_code,
             timed_out=timed_out,
@@ -778,6 +778,11 @@ class RemoteBashSession:
         if found:
             await self._audit_write("exec.kill", reason="left running by a lost connection",
                                     kill={"signals": ["KILL"], "processes": found}, strict=False)
+
+    def redact(self, text: str) -> str:
+        """``text`` with the secrets this session's redactor knows masked, as its output and audit
+        records are (transcripts use it for the commands Claude writes)."""
+        return self._redact(text)
 
     def _redact(self, text: str) -> str:
         return self._redactor.redact(text) if self._redactor is not None else text

@@ -323,7 +323,10 @@ class FleetPool:
             for index, host in enumerate(selected):
                 tasks.create_task(one(index, host))
         done = [r for r in results if r is not None]
-        return FleetResult(command=command, pattern=pattern, results=done,
+        # The command as shown and stored (--json, --output-dir headers): masked with the built-in
+        # formats and every selected host's patterns.
+        shown = Redactor(sorted({p for h in selected for p in h.redact})).redact(command)
+        return FleetResult(command=shown, pattern=pattern, results=done,
                            duration=time.monotonic() - progress.started)
 
     async def discard(self, host: Host | str) -> None:

@@ -97,7 +97,7 @@ class FleetResult(_Model):
     """The outcome of one command across the selected hosts."""
 
     command: str
-    """The command as sent to every host."""
+    """The command as sent to every host, with secrets masked."""
     pattern: str
     """The host pattern the hosts were selected with."""
     results: list[HostResult] = Field(default_factory=list)
