@@ -1,0 +1,165 @@
+"""Redaction against real sshd: the capture's head/tail cut, the live stream's chunk boundaries,
+and secrets in the command text everywhere a command is shown or stored (the CLI as a user runs it,
+and ``run`` against the scripted Messages endpoint)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from remote_bash.models import Host
+from remote_bash.session import RemoteBashSession
+
+from .messages_server import MessagesServer, Reply, text, tool_use
+from .sshd import TestHosts
+from .test_cli import audit_records, base_env, cli, host_entry, write_inventory
+
+KEY = "AKIAIOSFODNN7EXAMPLE"
+PASSWORD = "hunter2hunter2"
+"""A value masked as ``password=`` assignment in commands and output."""
+ANSI = "\\033[0m"
+"""A colour reset: cleaning strips it, so many of them shrink the capture's head or tail to little."""
+
+
+def parts(secret: str, size: int = 6) -> list[str]:
+    """Every piece of ``secret`` of ``size`` characters: none may be shown."""
+    return [secret[i : i + size] for i in range(len(secret) - size + 1)]
+
+
+@pytest.fixture(scope="module")
+def redact_host(hosts: TestHosts) -> Host:
+    return hosts.start("redact-a").model_copy(update={"output_limit": 1000})
+
+
+# -- the capture's head/tail cut ------------------------------------------------------------------
+
+
+async def test_a_secret_straddling_the_head_cut_is_not_shown_in_part(redact_host: Host) -> None:
+    # The capture keeps 2048 bytes at each end; 500 colour codes (2000 bytes) clean to nothing, so
+    # the key that the capture's cut falls into would be in the kept text.
+    capture = 2 * max(redact_host.output_limit, 1024)
+    lead = "x\\n" + ANSI * 500
+    split = capture - 2 - 4 * 500 - 8  # 8 characters of the key before the cut
+    assert split > 0
+    command = f"printf '{lead}{'y' * (split - 1)} {KEY} more\\n'; seq 1 3000"
+    async with RemoteBashSession(redact_host) as session:
+        result = await session.run(command, timeout=30)
+    assert result.truncated
+    head = result.output.split("[... ")[0]
+    assert head.startswith("x\n")
+    for piece in parts(KEY, 4):
+        assert piece not in result.output, result.output[:300]
+
+
+async def test_a_secret_straddling_the_tail_cut_is_not_shown_in_part(redact_host: Host) -> None:
+    capture = 2 * max(redact_host.output_limit, 1024)
+    # The capture's tail (its last 2048 bytes) starts inside the password: its keyword is cut away.
+    pad = capture - len(PASSWORD[6:]) - len(" end\n") - 4 * 500 - len("last\n")
+    assert pad > 0
+    command = f"seq 1 3000; printf 'password={PASSWORD} end\\n{ANSI * 500}{'z' * pad}last\\n'"
+    async with RemoteBashSession(redact_host) as session:
+        result = await session.run(command, timeout=30)
+    assert result.truncated
+    assert result.output.endswith("last\n")
+    for piece in parts(PASSWORD):
+        assert piece not in result.output, result.output[-300:]
+
+
+# -- the live stream ----------------------------------------------------------------------------------
+
+
+async def test_a_secret_split_across_reads_is_masked_in_the_live_output(redact_host: Host) -> None:
+    chunks: list[str] = []
+    # The sleep makes the two halves two reads, two chunks of the live stream.
+    command = f"printf 'a {KEY[:9]}'; sleep 0.3; printf '{KEY[9:]} b\\npassword=hun'; sleep 0.3; printf 'ter2x\\n'"
+    async with RemoteBashSession(redact_host) as session:
+        result = await session.run(command, timeout=30, on_output=chunks.append)
+    live = "".join(chunks)
+    assert live == result.output == "a [REDACTED:aws-access-key-id] b\npassword=[REDACTED:password]\n"
+
+
+async def test_a_quoted_secret_in_a_line_longer_than_any_bound_never_shows(redact_host: Host) -> None:
+    # A 160 KB line: a long run of words, then a quoted password of 110 KB, then more words.
+    chunks: list[str] = []
+    command = ("yes 'word' | head -n 5000 | tr '\\n' ' '; printf 'password=\"'; "
+               "yes 'hiddenpart' | head -n 10000 | tr '\\n' ' '; printf '\" tail\\n'")
+    async with RemoteBashSession(redact_host) as session:
+        result = await session.run(command, timeout=60, on_output=chunks.append)
+    live = "".join(chunks)
+    assert "hiddenpart" not in live
+    assert "hiddenpart" not in result.output
+    assert live.count("word ") == 5000
+    assert live.endswith('password="[REDACTED:password]" tail\n')
+    assert len(chunks) > 2  # it did come in pieces
+
+
+# -- the command text, through the CLI ---------------------------------------------------------------
+
+
+@pytest.fixture
+def env(tmp_path: Path, redact_host: Host) -> dict[str, str]:
+    inventory = write_inventory(tmp_path / "hosts.yaml", {
+        "redact-a": host_entry(redact_host, redact=[r"corp-[0-9]{6}"]),
+        "redact-b": host_entry(redact_host),
+    })
+    return {**base_env(tmp_path), "REMOTE_BASH_INVENTORY": str(inventory)}
+
+
+def test_exec_masks_the_command_in_json_and_the_audit_log_and_streams_masked(env: dict[str, str]) -> None:
+    command = f"echo start; export DB_PASSWORD={PASSWORD}; echo id corp-123456; printf '{KEY[:10]}'; sleep 0.3; " \
+              f"echo '{KEY[10:]} done'"
+    out = cli(env, "exec", "redact-a", "--", command)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "start\nid [REDACTED:custom]\n[REDACTED:aws-access-key-id] done\n"
+    as_json = cli(env, "exec", "--json", "redact-a", "--", command)
+    record = json.loads(as_json.stdout)
+    assert "DB_PASSWORD=[REDACTED:password]" in record["command"]
+    assert "echo id [REDACTED:custom]" in record["command"]
+    audit = json.dumps(audit_records(env, "redact-a"))
+    assert "[REDACTED:password]" in audit
+    for secret in (PASSWORD, "corp-123456"):
+        assert secret not in as_json.stdout
+        assert secret not in audit
+
+
+def test_fleet_masks_the_command_in_json_output_dir_and_recap(env: dict[str, str], tmp_path: Path) -> None:
+    outdir = tmp_path / "out"
+    command = f"mysql --password={PASSWORD} -e 'select 1' 2>/dev/null; echo ran; : corp-654321"
+    out = cli(env, "fleet", "exec", "redact-a,redact-b", "--json", "--output-dir", str(outdir), "--", command)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["command"] == "mysql --password=[REDACTED:password] -e 'select 1' 2>/dev/null; " \
+                                "echo ran; : [REDACTED:custom]"
+    files = {p.name: p.read_text() for p in outdir.iterdir()}
+    assert sorted(files) == ["redact-a.txt", "redact-b.txt"]
+    assert "# command: mysql --password=[REDACTED:password]" in files["redact-a.txt"]
+    recap = cli(env, "fleet", "exec", "redact-a,redact-b", "--", command)
+    for shown in (out.stdout, recap.stdout, recap.stderr, *files.values()):
+        assert PASSWORD not in shown
+        assert "corp-654321" not in shown
+
+
+def test_run_masks_commands_in_the_live_view_json_events_and_transcript(env: dict[str, str]) -> None:
+    command = f"export API_KEY={PASSWORD}; echo 'password: {PASSWORD}'"
+    script = [
+        Reply([text("Setting it."), tool_use({"command": command}, id="toolu_r1")]),
+        Reply([text("Done.")]),
+        Reply([tool_use({"command": command}, id="toolu_r2")]),
+        Reply([text("Done again.")]),
+    ]
+    with MessagesServer(script) as server:
+        run_env = {**env, "ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "test-key"}
+        live = cli(run_env, "run", "--host", "redact-a", f"set API_KEY={PASSWORD} in the shell")
+        as_json = cli(run_env, "run", "--json", "--host", "redact-a", "again")
+    assert live.returncode == 0, live.stderr
+    assert "$ export API_KEY=[REDACTED:api-key]; echo 'password: [REDACTED:password]'" in live.stdout
+    transcripts = list(Path(env["XDG_STATE_HOME"]).rglob("*.jsonl"))
+    transcript_text = "".join(p.read_text() for p in transcripts if "transcripts" in str(p))
+    assert "[REDACTED:api-key]" in transcript_text
+    events = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert any(e["event"] == "command" and "[REDACTED:api-key]" in e["command"] for e in events)
+    for shown in (live.stdout, live.stderr, as_json.stdout, transcript_text,
+                  json.dumps(audit_records(env, "redact-a"))):
+        assert PASSWORD not in shown
