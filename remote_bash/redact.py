@@ -56,6 +56,11 @@ _PEM_END = _PEM_LABEL.format("END")
 _PEM_END_MAX = 128
 """No END marker is longer than this (the stream keeps this much to find a split one)."""
 
+_DASH = "-(?!-{4})"
+"""A dash in a token, but not the first of five: a token never swallows the ``-----`` of a key's BEGIN."""
+_WORD = rf"(?:[A-Za-z0-9_]|{_DASH})"
+
+
 # An assignment: a key ending in a keyword, a separator, then a quoted or bare value.
 # Only the value is masked; a Bearer/Basic scheme word before it is kept. A quoted value runs
 # to its closing quote, or to the end of the line when that never comes: a value cut short
@@ -63,9 +68,11 @@ _PEM_END_MAX = 128
 _SEP = r"""["']?[ \t]*(?:=>|:=|==|[:=])[ \t]*"""
 _VALUE = (
     r"""(?:(?i:bearer|basic)[ \t]+)?"""
-    r"""(?:"(?P<v1>(?:[^"\\\n]|\\[^\n]?)+)"?|'(?P<v2>(?:[^'\\\n]|\\[^\n]?)+)'?"""
-    r"""|["']?(?P<v3>(?![{\[])[^\s"',;&]+))"""
+    rf"""(?:"(?P<v1>(?:[^"\\\n-]|\\[^\n]?|{_DASH})+)"?|'(?P<v2>(?:[^'\\\n-]|\\[^\n]?|{_DASH})+)'?"""
+    rf"""|["']?(?P<v3>(?![{{\[])(?:[^\s"',;&-]|{_DASH})+))"""
 )
+"""A value never takes in the ``-----`` of a key block's BEGIN (``private_key: -----BEGIN ...``):
+the key block rule masks the block, over all its lines."""
 _ASSIGNED = ("v1", "v2", "v3")
 
 
@@ -103,17 +110,17 @@ _RULES: tuple[_Rule, ...] = (
         _token("g", r"(?:h[pousr]_[A-Za-z0-9]{20,}|ithub_pat_[A-Za-z0-9_]{20,})", "A-Za-z0-9_"),
         (r"g(?:h[pousr]_|ithub_pat_)",),
     ),
-    _Rule("slack-token", _token("x", r"ox[baprs]-[A-Za-z0-9-]{10,}"), (r"xox[baprs]-",)),
-    _Rule("anthropic-api-key", _token("s", r"k-ant-[A-Za-z0-9_-]{20,}"), (r"k(?<=sk)-",)),
+    _Rule("slack-token", _token("x", rf"ox[baprs]-(?:[A-Za-z0-9]|{_DASH}){{10,}}"), (r"xox[baprs]-",)),
+    _Rule("anthropic-api-key", _token("s", rf"k-ant-{_WORD}{{20,}}"), (r"k(?<=sk)-",)),
     _Rule("stripe-key", _token("[sr]", r"k_live_[A-Za-z0-9]{10,}"), (r"k(?<=[sr]k)_live_",)),
     # OpenAI-style keys: at least one digit, so hyphenated words like sk-learn-... stay. The whole
     # run is matched (and so consumed) before the digit is looked for: a run of "sk-sk-sk-..." is
     # read once, not once per "sk-" in it.
-    _Rule("openai-api-key", _token("s", r"k-[A-Za-z0-9_-]{20,}"), (r"k(?<=sk)-",), check=_has_digit),
-    _Rule("google-api-key", _token("A", r"Iza[A-Za-z0-9_-]{35}"), (r"z(?<=AIz)a",)),
+    _Rule("openai-api-key", _token("s", rf"k-{_WORD}{{20,}}"), (r"k(?<=sk)-",), check=_has_digit),
+    _Rule("google-api-key", _token("A", rf"Iza{_WORD}{{35}}"), (r"z(?<=AIz)a",)),
     _Rule(
         "jwt",
-        _token("e", r"yJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*", "A-Za-z0-9_-"),
+        _token("e", rf"yJ{_WORD}{{5,}}\.eyJ{_WORD}{{5,}}\.{_WORD}*", "A-Za-z0-9_-"),
         (r"J(?<=eyJ)",),
     ),
     # A token after "Bearer": it has a digit or is long, so "Bearer authentication" stays.
@@ -200,6 +207,8 @@ _BEGIN_RE = re.compile(_PEM_BEGIN)
 _END_RE = re.compile(_PEM_END)
 _ORPHAN_KEY_END = re.compile(rf"\A(?:[^-]|-(?!----BEGIN))*{_PEM_END}")
 """From the start to an END marker with no BEGIN before it: the end of a key whose start was cut."""
+_MARKER_TAIL = re.compile(r"[A-Z0-9 ]*[A-Z]-----")
+"""What a cut can leave of a key block's marker line (``E KEY-----``)."""
 
 
 def _first_char(alternative: str) -> str:
@@ -280,9 +289,13 @@ class Redactor:
         newline = text.find("\n")
         if newline < 0:
             return ""
-        text = text[newline + 1 :]
-        if "PRIVATE KEY-----" in text:
+        first, text = text[:newline], text[newline + 1 :]
+        if "PRIVATE KEY" in text:
             text = _ORPHAN_KEY_END.sub(mask("private-key"), text, count=1)
+        elif "PRIVATE KEY" in first or _MARKER_TAIL.fullmatch(first.rstrip("\r")):
+            # The dropped line was the end of a BEGIN line (or of an END line: no telling which),
+            # and no END follows: the rest may be a key's body, as it would be for the whole.
+            return mask("private-key")
         for literal in self._literals:
             # The lines of a known secret that follow one of its own newlines.
             rests = [literal[at + 1 :] for at, c in enumerate(literal) if c == "\n" and literal[at + 1 :]]

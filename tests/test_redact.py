@@ -76,6 +76,35 @@ CASES = [
     ("access_token=abc.def", "access_token=[REDACTED:token]"),
     ("token: Bearer abc123", "token: Bearer [REDACTED:token]"),
     ("SLACK_TOKEN := 'x y'", "SLACK_TOKEN := '[REDACTED:token]'"),
+    # Key/value forms of config files and API answers.
+    (
+        '"SecretAccessKey": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",',
+        '"SecretAccessKey": "[REDACTED:aws-secret-access-key]",',
+    ),
+    ('"SessionToken": "FwoGZXIvYXdzEBYaDH",', '"SessionToken": "[REDACTED:token]",'),
+    ("aws_session_token = FwoGZXIvYXdzEBYaDH", "aws_session_token = [REDACTED:token]"),
+    ("machine h.example login deploy password s3cr3t", "machine h.example login deploy password [REDACTED:password]"),
+    ("machine a login b password s3cr3t account x", "machine a login b password [REDACTED:password] account x"),
+    ("machine h\n  login deploy\n  password s3cr3t\n", "machine h\n  login deploy\n  password [REDACTED:password]\n"),
+    ("    client-key-data: LS0tLS1CRUdJTiBSU0Eg", "    client-key-data: [REDACTED:private-key]"),
+    ("    token: eyJhbGciOiJSUzI1NiIsImtpZCI6", "    token: [REDACTED:token]"),
+    ('{"auths": {"r.example": {"auth": "dXNlcjpwYXNz"}}}', '{"auths": {"r.example": {"auth": "[REDACTED:auth]"}}}'),
+    (
+        '"private_key": "-----BEGIN PRIVATE KEY-----\\nMIIE\\n-----END PRIVATE KEY-----\\n"',
+        '"private_key": "[REDACTED:private-key]\\n"',
+    ),
+    ("SECRET_KEY=django-insecure-abc", "SECRET_KEY=[REDACTED:secret]"),
+    ("secretKey: abc", "secretKey: [REDACTED:secret]"),
+    ("SSH_PASSPHRASE='open sesame'", "SSH_PASSPHRASE='[REDACTED:password]'"),
+    ("[default]\npassword = hunter2\n", "[default]\npassword = [REDACTED:password]\n"),
+    ("//registry.npmjs.org/:_authToken=npm_abc123", "//registry.npmjs.org/:_authToken=[REDACTED:token]"),
+    ("private_key: -----BEGIN RSA PRIVATE KEY-----\nMIIE\nQUJD\n-----END RSA PRIVATE KEY-----\nnext: 1",
+     "private_key: [REDACTED:private-key]\nnext: 1"),
+    ('key: "-----BEGIN EC PRIVATE KEY-----\nMIIE\n-----END EC PRIVATE KEY-----"', 'key: "[REDACTED:private-key]"'),
+    ("xoxb-123456789012-abcdef-----BEGIN EC PRIVATE KEY-----\nMIIE\n-----END EC PRIVATE KEY-----",
+     "[REDACTED:slack-token][REDACTED:private-key]"),
+    # A quoted value that never closes is masked to the end of its line.
+    ('password="abc def\nnext', 'password="[REDACTED:password]\nnext'),
 ]
 
 CLEAN = [
@@ -92,6 +121,11 @@ CLEAN = [
     'password:\npassword=\n"password": ""',
     "THE PASSWORD IS CHANGED",
     "日本語のテキスト token なし",
+    '"author": "someone", "auth": ""',
+    "Password changed for user root",
+    "passwords do not match",
+    "sk-" * 50,
+    "eyJ-" * 50,
 ]
 
 
@@ -401,3 +435,132 @@ def test_stream_releases_an_endless_line_in_bounded_memory(redactor: Redactor) -
     assert released > 64 * 8192 - 80 * 1024  # held: at most about 64 KiB of one line
     assert stream.feed(" password=hunter2 \n") + stream.flush() == "x" * (64 * 8192 - released) + \
         " password=[REDACTED:password] \n"
+
+
+# -- operator patterns run on RE2 ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pattern", "construct"),
+    [
+        (r"(a)\1", "backreference"),
+        (r"(?P<x>a)(?P=x)", "named backreference"),
+        (r"foo(?=bar)", "lookahead"),
+        (r"(?<!x)foo", "negative lookahead or lookbehind"),
+        (r"(?>a+)b", "atomic group"),
+        (r"a++", "possessive quantifier"),
+    ],
+)
+def test_patterns_the_linear_engine_cannot_run_are_refused_with_the_construct(pattern: str, construct: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Redactor(patterns=[pattern])
+    assert repr(pattern) in str(info.value)
+    assert construct in str(info.value)
+
+
+def test_a_catastrophic_pattern_runs_on_a_long_run() -> None:
+    # With backtracking, (x+x+)+y on 100 000 x's would not finish; RE2 reads them once.
+    redactor = Redactor(patterns=[r"(x+x+)+y"])
+    assert redactor.redact("x" * 100_000) == "x" * 100_000
+    assert redactor.redact("a " + "x" * 1000 + "y b") == "a [REDACTED:custom] b"
+
+
+def test_patterns_use_re2_syntax() -> None:
+    redactor = Redactor(patterns=[r"(?i)corp-[[:digit:]]{6}\b", r"^root:.*$"])
+    assert redactor.redact("id CORP-123456 x") == "id [REDACTED:custom] x"
+
+
+# -- adversarial input: properties (speed is measured in bench/bench_redact.py) ------------------------
+
+ADVERSARIAL = ["sk-", "sk-ant-", "eyJ", "eyJ-", "AKIA", "ghp_", "xoxb-", "Bearer ", "password=", 'password="',
+               "://a:", "@", "-----BEGIN RSA PRIVATE KEY-----", "login u ", "\"auth\": \"", "x"]
+
+
+@settings(max_examples=60, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(ADVERSARIAL), st.integers(1, 3000), st.sampled_from(["", " ", "\n", "1"]))
+def test_repeated_rule_prefixes_stream_as_whole(prefix: str, count: int, sep: str) -> None:
+    text = (prefix + sep) * count
+    whole = REDACTOR.redact(text)
+    stream = REDACTOR.stream(max_line=256)
+    out = "".join(stream.feed(text[i : i + 97]) for i in range(0, len(text), 97)) + stream.flush()
+    if len(max(text.split("\n"), key=len)) < 256:
+        assert out == whole
+    assert REDACTOR.redact(whole) == whole  # a second pass finds nothing more
+
+
+# -- the capture's cut: head and tail -----------------------------------------------------------------
+
+
+@settings(max_examples=300, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts, st.data())
+def test_a_head_is_the_start_of_the_whole_redaction(text: str, data: st.DataObject) -> None:
+    # Whatever follows the cut, the head shows only what the whole output's redaction shows.
+    cut = data.draw(st.integers(0, len(text)))
+    head = REDACTOR.redact_head(text[:cut])
+    assert REDACTOR.redact(text).startswith(head)
+
+
+@settings(max_examples=300, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts, st.data())
+def test_a_tail_never_shows_a_secret_the_whole_redaction_masks(text: str, data: st.DataObject) -> None:
+    cut = data.draw(st.integers(0, len(text)))
+    tail = REDACTOR.redact_tail(text[cut:])
+    whole = REDACTOR.redact(text)
+    if "-----" not in text:
+        # Without key blocks (which the tail masks from its start when their BEGIN was cut),
+        # it is exactly the end of the whole redaction.
+        assert whole.endswith(tail)
+    for secret in SECRET_VALUES:
+        if secret in text and secret not in whole:
+            for part in (secret[: len(secret) // 2], secret[len(secret) // 2 :]):
+                assert tail.count(part) <= whole.count(part)
+
+
+SECRET_VALUES = [
+    "AKIAIOSFODNN7EXAMPLE", GITHUB, "xoxb-123456789012-abcdefABCDEF", "sk-ant-api03-abcdefghijklmnopqrstu1",
+    "sk-proj-abc123def456ghi789jkl012", "AIzaSyD-1234567890abcdefghijklmnopqrstu", "sk_live_51Habcdefghij", JWT,
+    "abc123def456", "dXNlcjpwYXNz", "hunter2", "s3cr3t value", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun", "corp-123456",
+]
+"""The secret parts of SECRET_FRAGMENTS: what must never show, in whole or in part."""
+
+
+def test_head_and_tail_examples() -> None:
+    redactor = Redactor(literals=["line one\nline two\nline three"])
+    assert redactor.redact_head("ok\npassword=abc\nAKIAIOSF") == "ok\npassword=[REDACTED:password]\n"
+    assert redactor.redact_head("ok\n-----BEGIN RSA PRIVATE KEY-----\nMIIE") == "ok\n[REDACTED:private-key]"
+    assert redactor.redact_head("ok\nfoo line one\nline t") == "ok\nfoo "
+    assert redactor.redact_tail("ssword=abc\nline two\nline three x") == "[REDACTED:known-secret] x"
+    assert redactor.redact_tail("QUJD\n-----END RSA PRIVATE KEY-----\nafter") == "[REDACTED:private-key]\nafter"
+    assert redactor.redact_tail("one line, cut at both ends") == ""
+
+
+# -- lines longer than every bound --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("secret", "hidden"),
+    [
+        ('password="' + "hiddenpart " * 10_000 + '"', "hiddenpart"),
+        ("password='" + "hiddenpart " * 300 + "'", "hiddenpart"),
+        ("https://user" + "u" * 1000 + ":pa,ss" + "w" * 70_000 + "@host", "pa,ss"),
+        ("ghp_" + "a1" * 50_000, "a1a1"),
+        ("password=" + "v" * 100_000, "vvvv"),
+    ],
+)
+def test_a_secret_longer_than_the_line_bound_is_never_shown_in_part(secret: str, hidden: str) -> None:
+    redactor = Redactor()
+    line = "x " * 3000 + secret + " end\n"
+    stream = redactor.stream()
+    out = "".join(stream.feed(line[i : i + 1000]) for i in range(0, len(line), 1000)) + stream.flush()
+    assert hidden not in out
+    assert out.startswith("x " * 3000)
+    assert out.endswith(" end\n") and "[REDACTED:" in out
+    assert len(out) < 7000  # the whole secret went, not only its start
+
+
+def test_a_multi_line_known_secret_is_held_across_reads() -> None:
+    redactor = Redactor(literals=["line one\nline two"])
+    stream = redactor.stream()
+    out = stream.feed("a line one\n") + stream.feed("line two b\n") + stream.flush()
+    assert out == "a [REDACTED:known-secret] b\n"
