@@ -12,16 +12,42 @@ Three kinds of text are measured:
 * ``plain``: build and service logs with no secret and no trigger word in them;
 * ``web``: the same with URLs and the occasional ``token``/``password`` word (1 line in 50);
 * ``leaky``: ``web`` plus a real-looking secret on 1 line in 500.
+
+Then adversarial input, where a backtracking rule would take quadratic or exponential time
+(``--adv-mb`` sets their size, ``--line-mb`` the one long line):
+
+* every rule's sample secret cut to a prefix and repeated (``sk-sk-sk-...``, ``eyJeyJ...``,
+  ``password="password="...``), redacted in chunks and streamed; the slowest few are listed;
+* operator patterns that backtrack catastrophically in Python's ``re`` (``(x+x+)+y``) over long
+  runs of ``x``, with Python's ``re`` on 18 and 22 characters for comparison;
+* one line of ``--line-mb`` MB with no newline, streamed (words, and one unbroken run).
+
+Every figure is printed next to the decode-only reference of the same run.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import re
 import time
 from collections.abc import Callable, Iterator
 
 from remote_bash.redact import Redactor
+
+_RULE_SAMPLES = (
+    "AKIAIOSFODNN7EXAMPLE", "ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8", "github_pat_11ABCDEFG0_abcdefghij",
+    "xoxb-123456789012-abcdefABCDEF", "sk-ant-api03-abcdefghijklmnopqrstu1", "sk-proj-abc123def456ghi789",
+    "AIzaSyD-1234567890abcdefghijklmnopqrstu", "sk_live_51Habcdefghij",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIx.dozjgNryP4J3jVmNHl0w5N", "Authorization: Bearer 0123abcdef.ghijk",
+    "Authorization: Basic dXNlcjpwYXNz", "postgres://admin:s3cr3t@db", "aws_secret_access_key = wJalrXUtnFEMI",
+    'password="hunter 2"', "passphrase: x", "client_secret=abc", "access_token: abc", "api_key=abc",
+    "private_key: x", "client-key-data: LS0t", '"auth": "dXNlcjpw"', "machine h login u password p",
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----", "known-secret-value",
+)
+"""One sample per built-in rule (and a known secret): their prefixes, repeated, are the adversarial input."""
+_BACKTRACKERS = (r"(x+x+)+y", r"(x|x)*y", r"(x*)*y", r"(?:x+){1,20}y")
+"""Operator patterns that take exponential time in a backtracking engine on a run of x."""
 
 _PLAIN = (
     "{ts} INFO  worker[{pid}]: processed job {n} in {ms}ms (queue depth {d})",
@@ -106,6 +132,8 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=50.0, help="megabytes of text per kind")
     parser.add_argument("--chunk", type=int, default=65536, help="bytes per read")
     parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (the best counts)")
+    parser.add_argument("--adv-mb", type=float, default=4.0, help="megabytes per adversarial input")
+    parser.add_argument("--line-mb", type=float, default=50.0, help="megabytes of the one long line")
     args = parser.parse_args()
     redactor = Redactor()
 
@@ -120,14 +148,80 @@ def main() -> None:
         total = sum(len(sr.feed(c.decode("utf-8", "replace"))) for c in chunks)
         return total + len(sr.flush())
 
+    reference = 0.0
     for kind in ("plain", "web", "leaky"):
         data = make_text(kind, args.mb)
         print(f"{kind}: {len(data) / 2**20:.0f} MB in {args.chunk}-byte reads")
-        _measure("no redaction (decode)", data, args.chunk, decode_only, args.repeat)
+        reference = _measure("no redaction (decode)", data, args.chunk, decode_only, args.repeat)
         for name, work in (("Redactor.redact", redact_chunks), ("StreamRedactor.feed", stream)):
             rate = _measure(name, data, args.chunk, work, args.repeat)
             stream_share = 100 * STREAM_MB_S / rate
             print(f"  {'':<22} {stream_share:9.0f} % of one core at a {STREAM_MB_S} MB/s stream")
+    adversarial(args, reference)
+
+
+def _rate(size: int, work: Callable[[], object]) -> float:
+    start = time.process_time()
+    work()
+    return size / 2**20 / max(time.process_time() - start, 1e-9)
+
+
+def _streamed(redactor: Redactor, text: str, chunk: int) -> Callable[[], object]:
+    def work() -> object:
+        stream = redactor.stream()
+        for start in range(0, len(text), chunk):
+            stream.feed(text[start : start + chunk])
+        return stream.flush()
+
+    return work
+
+
+def _chunked(redactor: Redactor, text: str, chunk: int) -> Callable[[], object]:
+    return lambda: [redactor.redact(text[start : start + chunk]) for start in range(0, len(text), chunk)]
+
+
+def adversarial(args: argparse.Namespace, reference: float) -> None:
+    """Inputs built to make a backtracking expression slow; every figure next to ``reference``."""
+    redactor = Redactor(literals=["known-secret-value"])
+    size = int(args.adv_mb * 2**20)
+    figures: list[tuple[float, float, str]] = []
+    for sample in _RULE_SAMPLES:
+        for cut in sorted({2, 3, 4, len(sample) // 2, len(sample) - 1}):
+            prefix = sample[:cut]
+            text = prefix * (size // len(prefix))
+            figures.append((_rate(len(text), _chunked(redactor, text, args.chunk)),
+                            _rate(len(text), _streamed(redactor, text, args.chunk)), prefix))
+    print(f"adversarial: {len(figures)} rule prefixes, each repeated to {args.adv_mb:g} MB "
+          f"(decode-only reference: {reference:.1f} MB/s)")
+    print(f"  {'slowest (redact, stream MB/s)':<40}")
+    for chunked_rate, stream_rate, prefix in sorted(figures, key=lambda f: min(f[:2]))[:6]:
+        print(f"  {prefix!r:<40} {chunked_rate:7.1f} {stream_rate:7.1f}   "
+              f"({reference / min(chunked_rate, stream_rate):.0f}x slower than decode)")
+    worst = min(min(f[:2]) for f in figures)
+    median = sorted(min(f[:2]) for f in figures)[len(figures) // 2]
+    print(f"  worst {worst:.1f} MB/s, median {median:.1f} MB/s over all prefixes")
+
+    print(f"operator patterns on a run of x ({args.adv_mb:g} MB, chunks of {args.chunk} bytes):")
+    run = "x" * size
+    for pattern in _BACKTRACKERS:
+        custom = Redactor(patterns=[pattern])
+        rate = _rate(len(run), _chunked(custom, run, args.chunk))
+        short, longer = _backtracking_seconds(pattern, 18), _backtracking_seconds(pattern, 22)
+        print(f"  {pattern:<16} RE2 {rate:8.1f} MB/s   Python re: {short:.3f} s on 18 x's, "
+              f"{longer:.3f} s on 22 (x{longer / max(short, 1e-9):.0f} for 4 more)")
+
+    line = int(args.line_mb * 2**20)
+    print(f"one {args.line_mb:g} MB line, streamed in {args.chunk}-byte reads:")
+    for name, text in (("words", "lorem ipsum dolor " * (line // 18)), ("one unbroken run", "a" * line)):
+        rate = _rate(len(text), _streamed(redactor, text, args.chunk))
+        print(f"  {name:<22} {rate:9.1f} MB/s   ({reference / rate:.0f}x slower than decode)")
+
+
+def _backtracking_seconds(pattern: str, size: int) -> float:
+    compiled = re.compile(pattern)
+    start = time.process_time()
+    compiled.search("x" * size)
+    return time.process_time() - start
 
 
 if __name__ == "__main__":

@@ -68,11 +68,13 @@ _WORD = rf"(?:[A-Za-z0-9_]|{_DASH})"
 _SEP = r"""["']?[ \t]*(?:=>|:=|==|[:=])[ \t]*"""
 _VALUE = (
     r"""(?:(?i:bearer|basic)[ \t]+)?"""
-    rf"""(?:"(?P<v1>(?:[^"\\\n-]|\\[^\n]?|{_DASH})+)"?|'(?P<v2>(?:[^'\\\n-]|\\[^\n]?|{_DASH})+)'?"""
-    rf"""|["']?(?P<v3>(?![{{\[])(?:[^\s"',;&-]|{_DASH})+))"""
+    rf"""(?:"(?P<v1>(?:[^"\\\n-]+|\\[^\n]?|{_DASH})+)"?|'(?P<v2>(?:[^'\\\n-]+|\\[^\n]?|{_DASH})+)'?"""
+    rf"""|["']?(?P<v3>(?![{{\[])(?:[^\s"',;&-]+|{_DASH})+))"""
 )
 """A value never takes in the ``-----`` of a key block's BEGIN (``private_key: -----BEGIN ...``):
-the key block rule masks the block, over all its lines."""
+the key block rule masks the block, over all its lines. The runs inside a value are matched whole
+(``[...]+``), not a character per step: nothing can fail after a value, so nothing backtracks
+into them, and a long value costs one step per run instead of one per character."""
 _ASSIGNED = ("v1", "v2", "v3")
 
 
