@@ -209,8 +209,12 @@ _BEGIN_RE = re.compile(_PEM_BEGIN)
 _END_RE = re.compile(_PEM_END)
 _ORPHAN_KEY_END = re.compile(rf"\A(?:[^-]|-(?!----BEGIN))*{_PEM_END}")
 """From the start to an END marker with no BEGIN before it: the end of a key whose start was cut."""
-_MARKER_TAIL = re.compile(r"[A-Z0-9 ]*[A-Z]-----")
-"""What a cut can leave of a key block's marker line (``E KEY-----``)."""
+_MARKER_TAIL = re.compile(r"[A-Z0-9 ]*[A-Z]-----|-{1,5}")
+"""What a cut can leave of a key block's marker line (``E KEY-----``, or only some of its dashes)."""
+_ANY_KEY_END = _END_RE
+"""The first END marker of a private key block."""
+_CLOSED_LINE = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY-----\s*\Z")
+"""A line that ends with a key block's END marker: nothing after it is a key's body."""
 
 
 def _first_char(alternative: str) -> str:
@@ -292,12 +296,16 @@ class Redactor:
         if newline < 0:
             return ""
         first, text = text[:newline], text[newline + 1 :]
-        if "PRIVATE KEY" in text:
+        marker = first.rstrip("\r")
+        if ("PRIVATE KEY" in marker or _MARKER_TAIL.fullmatch(marker)) and not _CLOSED_LINE.search(marker):
+            # The dropped line opened a key block (or was the end of a marker line: no telling
+            # which): what follows is its body up to the first END, as it would be for the whole.
+            end = _ANY_KEY_END.search(text)
+            if end is None:
+                return mask("private-key")
+            text = mask("private-key") + text[end.end() :]
+        elif "PRIVATE KEY" in text:
             text = _ORPHAN_KEY_END.sub(mask("private-key"), text, count=1)
-        elif "PRIVATE KEY" in first or _MARKER_TAIL.fullmatch(first.rstrip("\r")):
-            # The dropped line was the end of a BEGIN line (or of an END line: no telling which),
-            # and no END follows: the rest may be a key's body, as it would be for the whole.
-            return mask("private-key")
         for literal in self._literals:
             # The lines of a known secret that follow one of its own newlines.
             rests = [literal[at + 1 :] for at, c in enumerate(literal) if c == "\n" and literal[at + 1 :]]
