@@ -26,6 +26,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from . import terminal
+
 __all__ = [
     "NULL_FD",
     "SENTINEL_FD",
@@ -35,6 +37,7 @@ __all__ = [
     "KillNoiseFilter",
     "OutputCapture",
     "ShellNames",
+    "TextCleaner",
     "clean_text",
     "exit_frame",
     "frame_command",
@@ -323,6 +326,11 @@ class OutputCapture:
     _tail: deque[bytes] = field(default_factory=deque)
     _tail_size: int = 0
     _sha: hashlib._Hash = field(default_factory=hashlib.sha256)
+    _escapes: terminal.ByteTracker = field(default_factory=terminal.ByteTracker)
+    _tail_states: deque[int] = field(default_factory=deque)
+    """The escape-sequence state where each chunk of ``_tail`` starts (after the bytes that end a
+    character begun in the chunk before), so the tail is stripped as a terminal would read it
+    even when the cut falls inside a sequence."""
 
     def add(self, data: bytes) -> None:
         if not data:
@@ -332,18 +340,30 @@ class OutputCapture:
         room = self.limit - len(self.head)
         if room > 0:
             self.head += data[:room]
+            self._escapes.feed(data[:room])
             data = data[room:]
             if not data:
                 return
+        lead = _continuation_bytes(data)
+        if lead:
+            self._escapes.feed(data[:lead])
+        self._tail_states.append(self._escapes.state)
+        self._escapes.feed(data[lead:] if lead else data)
         self._tail.append(data)
         self._tail_size += len(data)
         while self._tail_size - len(self._tail[0]) >= self.limit:
             self._tail_size -= len(self._tail.popleft())
+            self._tail_states.popleft()
 
     @property
     def tail(self) -> bytes:
         joined = b"".join(self._tail)
         return joined[-self.limit:] if len(joined) > self.limit else joined
+
+    def tail_chunks(self) -> tuple[bytes, int]:
+        """The kept tail from the start of its first chunk (at most ``limit`` bytes more than
+        :attr:`tail`), and the escape-sequence state there."""
+        return b"".join(self._tail), self._tail_states[0] if self._tail_states else terminal.GROUND
 
     @property
     def sha256(self) -> str:
@@ -396,28 +416,41 @@ class KillNoiseFilter:
         return b"".join(line + b"\n" for line in kept) + last
 
 
-_ANSI = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor movement
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: titles, hyperlinks
-    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"  # DCS, SOS, PM, APC strings
-    r"|\x1b[@-Z\\-_]"  # two-byte escapes
-    r"|\x9b[0-?]*[ -/]*[@-~]"  # 8-bit CSI
-)
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-_CR_LINE = re.compile(r"[^\n]*\r(?=[^\n])")
 
 
-def clean_text(text: str) -> str:
-    """What a person would read: colour codes stripped, ``\\r`` progress lines collapsed to
-    their last state, other control characters dropped; tabs and newlines kept."""
-    if "\x1b" in text or "\x9b" in text:
-        text = _ANSI.sub("", text)
-    if "\r" in text:
-        text = text.replace("\r\n", "\n")
-        text = _CR_LINE.sub("", text)
-        text = text.replace("\r", "")
-    return _CONTROL.sub("", text)
+def clean_text(text: str, state: int = terminal.GROUND) -> str:
+    """What a person would read: escape sequences, control strings and control characters
+    removed (:func:`remote_bash.terminal.strip`, as read from ``state``), ``\\r`` progress lines
+    collapsed to their last state; tabs and newlines kept."""
+    return _collapse_cr(terminal.strip(text, state))
+
+
+class TextCleaner:
+    """:func:`clean_text` over a stream of chunks: a sequence split across chunks is still
+    removed; ``\\r`` lines are collapsed within each chunk."""
+
+    def __init__(self) -> None:
+        self._stripper = terminal.Stripper()
+
+    def feed(self, text: str) -> str:
+        return _collapse_cr(self._stripper.feed(text))
+
+
+def _collapse_cr(text: str) -> str:
+    # Each line shows what follows its last carriage return (a trailing one shows nothing).
+    # Line by line, so a long line costs one pass whatever its carriage returns.
+    if "\r" not in text:
+        return text
+    text = text.replace("\r\n", "\n")
+    if "\r" not in text:
+        return text
+    return "\n".join(_last_state(line) if "\r" in line else line for line in text.split("\n"))
+
+
+def _last_state(line: str) -> str:
+    line = line.rstrip("\r")
+    return line[line.rfind("\r") + 1:]
 
 
 def _decode_head(data: bytes) -> str:
@@ -431,10 +464,15 @@ def _decode_head(data: bytes) -> str:
 
 
 def _decode_tail(data: bytes) -> str:
+    return data[_continuation_bytes(data):].decode("utf-8", "replace")
+
+
+def _continuation_bytes(data: bytes) -> int:
+    """How many bytes at the start of ``data`` end a character begun before it (at most 3)."""
     skip = 0
     while skip < min(3, len(data)) and 0x80 <= data[skip] < 0xC0:
         skip += 1
-    return data[skip:].decode("utf-8", "replace")
+    return skip
 
 
 def _utf8_len(lead: int) -> int:
@@ -474,7 +512,8 @@ def render_output(capture: OutputCapture, limit: int,
         cut = len(text) - 2 * half
         return f"{text[:half]}\n[... {cut:,} characters cut ...]\n{text[-half:]}", True
     head = (redact_head or redact)(clean_text(_decode_head(bytes(capture.head))))
-    tail = clean_text(_decode_tail(capture.tail))
+    tail_bytes, state = capture.tail_chunks()
+    tail = clean_text(_decode_tail(tail_bytes), state)
     if redact_tail is not None:
         tail = redact_tail(tail)
     else:

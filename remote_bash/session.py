@@ -126,6 +126,7 @@ class _Call:
         self.status: int | None = None
         self.on_output = on_output
         self.decoder = codecs.getincrementaldecoder("utf-8")("replace") if on_output else None
+        self.cleaner = framing.TextCleaner()
         self.live: _LiveOutput | None = None
         self.sent_at = 0.0
         """When the frame was written (monotonic): the kill dates the call's start on the host by it."""
@@ -155,7 +156,7 @@ class _Call:
         if self.decoder is not None and self.on_output is not None:
             text = self.decoder.decode(data, final=final)
             if text:
-                self.on_output(framing.clean_text(text))
+                self.on_output(self.cleaner.feed(text))
 
     def end(self) -> None:
         """The shell's channel closed: wake whoever waits for this call."""
