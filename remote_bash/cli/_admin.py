@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._context import _Context, _session
-from ._output import EXIT_FAILED, PROG, _duration, _err, _one_line, _out, _table, _UsageError
+from ._output import (
+    EXIT_FAILED,
+    PROG,
+    _duration,
+    _err,
+    _json,
+    _one_line,
+    _out,
+    _out_json,
+    _out_raw,
+    _table,
+    _UsageError,
+)
 
 if TYPE_CHECKING:
     from remote_bash.inventory import Inventory
@@ -33,7 +44,7 @@ def _cmd_hosts(ctx: _Context) -> int:
     if ctx.args.json:
         data = [{"name": h.name, "hostname": h.hostname, "port": h.port, "user": h.user, "groups": h.groups,
                  "labels": h.labels, "jump": h.jump} for h in hosts]
-        _out(json.dumps(data, indent=2) + "\n")
+        _out_json(data, indent=2, ascii_only=True)
         return 0
     rows = [("NAME", "ADDRESS", "USER", "GROUPS", "LABELS")]
     for h in hosts:
@@ -49,7 +60,7 @@ def _cmd_check(ctx: _Context) -> int:
         hosts = inventory.select(ctx.args.pattern or "all")
         results = asyncio.run(_check_all(ctx, inventory, hosts))
     if ctx.args.json:
-        _out(json.dumps(results, indent=2) + "\n")
+        _out_json(results, indent=2, ascii_only=True)
     else:
         rows = []
         for r in results:
@@ -158,7 +169,7 @@ def _cmd_audit(ctx: _Context) -> int:
     records = log.read(host, since=ctx.args.since, session_id=ctx.args.session,
                        tool_use_id=ctx.args.tool_use_id)
     if ctx.args.json:
-        _out("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        _out_raw("".join(_json(r) for r in records))
     else:
         _out("".join(line + "\n" for line in format_records(records)))
     if not records and not log.files(host):

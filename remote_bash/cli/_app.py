@@ -238,9 +238,17 @@ def _command(handler: str) -> Callable[[Any], int]:
 def _setup_logging(debug: bool) -> None:
     import logging
 
+    from remote_bash.terminal import escape
+
+    class _Escaped(logging.Formatter):
+        """Log messages may quote a host's words: shown escaped, like every other message."""
+
+        def format(self, record: logging.LogRecord) -> str:
+            return escape(super().format(record))
+
     handler = logging.StreamHandler(sys.stderr)
     shape = f"{PROG}: %(name)s: %(levelname)s: %(message)s" if debug else f"{PROG}: warning: %(message)s"
-    handler.setFormatter(logging.Formatter(shape))
+    handler.setFormatter(_Escaped(shape))
     logger = logging.getLogger("remote_bash")
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if debug else logging.WARNING)
@@ -277,7 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             import traceback
 
-            traceback.print_exc()
+            _err(traceback.format_exc())
         from remote_bash.errors import RemoteBashError
 
         known = isinstance(exc, RemoteBashError | _UsageError | _NoApiKey)

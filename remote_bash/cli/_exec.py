@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import signal
 import sys
 from collections.abc import Callable
@@ -21,6 +20,9 @@ from ._output import (
     _exit_code,
     _one_line,
     _out,
+    _out_json,
+    _out_raw,
+    _stdout_is_terminal,
     _UsageError,
 )
 
@@ -57,7 +59,7 @@ async def _exec(ctx: _Context, inventory: Inventory, name: str, command: str) ->
             echo.finish(result)
         await session.close()
     if as_json:
-        _out(json.dumps({"host": name, **result.model_dump(mode="json")}, ensure_ascii=False) + "\n")
+        _out_json({"host": name, **result.model_dump(mode="json")})
     return _status(name, result)
 
 
@@ -70,6 +72,10 @@ async def _run_one(session: RemoteBashSession, command: str, deadline: float | N
 class _Echo:
     """Streams a command's output to stdout, redacted as it goes.
 
+    The session hands over the text Claude would read: escape sequences and control characters
+    already stripped. On a terminal, what is left that a terminal could still act on (bidi and
+    invisible format characters) is shown escaped; to a pipe or a file the text goes as it is.
+
     When the shell exits mid-call (``exit 3``), the session hands the last bytes it held back
     only to the result, not to ``on_output``: they are printed from the result here.
     """
@@ -78,6 +84,7 @@ class _Echo:
         self.stream = redactor.stream()
         self.count = 0
         self.tail = ""
+        self.write = _out if _stdout_is_terminal() else _out_raw
 
     def feed(self, text: str) -> None:
         self._write(self.stream.feed(text))
@@ -92,7 +99,7 @@ class _Echo:
 
     def _write(self, text: str) -> None:
         if text:
-            _out(text)
+            self.write(text)
             self.count += len(text)
             self.tail = (self.tail + text)[-200:]
 
@@ -116,6 +123,7 @@ def _cmd_shell(ctx: _Context) -> int:
 
 async def _shell(ctx: _Context, inventory: Inventory, name: str) -> int:
     from remote_bash.errors import AccessDenied, RemoteBashError
+    from remote_bash.terminal import escape
 
     session, redactor = await _session(ctx, inventory, name)
     tty = sys.stdin.isatty()
@@ -137,7 +145,7 @@ async def _shell(ctx: _Context, inventory: Inventory, name: str) -> int:
                  "Meta-commands: :restart, :exit (or Ctrl-D)")
         loop.add_signal_handler(signal.SIGINT, interrupt)
         while True:
-            line = await _read_line(f"{name}$ " if tty else None)
+            line = await _read_line(f"{escape(name)}$ " if tty else None)
             if line is None or line.strip() in (":exit", ":quit"):
                 break
             if not line.strip():

@@ -1,14 +1,25 @@
 """What the command line shows: stdout and stderr writers, tables, durations, and exit statuses.
 
-The lowest layer of the CLI: it imports nothing else of the package at import time. Every byte the
-``remote-bash`` command prints goes through :func:`_out` or :func:`_err`, and every error becomes
-one of the exit statuses here (:func:`_exit_code`).
+The lowest layer of the CLI: of the package it imports only the pure ``terminal`` module. Every
+byte the ``remote-bash`` command prints goes through a writer here, and every error becomes one of
+the exit statuses here (:func:`_exit_code`).
+
+Text that came from a host, from Claude, from a command or from a log may hold what a terminal
+would act on (escape sequences, OSC 52 that sets the clipboard, ``\\r`` or backspaces that hide
+part of a line, bidi overrides that reorder it). :func:`_out` and :func:`_err` show all of it
+visibly escaped, whether or not the stream is a terminal (a file is read on a terminal later);
+:func:`_out_json` does it with JSON escapes, so the JSON keeps its values. Only :func:`_out_raw`
+writes text as it is: a command's own output on a pipe or file, and styling built from constants
+around text that was escaped already.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import Any
+
+from remote_bash.terminal import escape, escape_json
 
 PROG = "remote-bash"
 
@@ -52,14 +63,37 @@ EXIT_CODES = f"""exit status:
 
 
 def _out(text: str) -> None:
+    """Write ``text`` to stdout with everything a terminal would act on shown escaped."""
+    _out_raw(escape(text))
+
+
+def _out_raw(text: str) -> None:
+    """Write ``text`` to stdout as it is: only text that is safe already, or not for a terminal."""
     if text:
         sys.stdout.write(text)
         sys.stdout.flush()
 
 
+def _json(value: Any, *, indent: int | None = None, ascii_only: bool = False) -> str:
+    """One JSON document and a newline; control and bidi characters as ``\\uXXXX`` escapes."""
+    import json
+
+    return escape_json(json.dumps(value, ensure_ascii=ascii_only, indent=indent)) + "\n"
+
+
+def _out_json(value: Any, *, indent: int | None = None, ascii_only: bool = False) -> None:
+    _out_raw(_json(value, indent=indent, ascii_only=ascii_only))
+
+
 def _err(text: str) -> None:
+    """A message on stderr (a newline added), escaped like :func:`_out`."""
+    text = escape(text)
     sys.stderr.write(text if text.endswith("\n") else text + "\n")
     sys.stderr.flush()
+
+
+def _stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
 
 
 def _one_line(text: str) -> str:

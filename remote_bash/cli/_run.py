@@ -7,14 +7,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from remote_bash.terminal import escape
+
 from ._context import _Context, _pick_host, _session
-from ._output import EXIT_FAILED, EXIT_INTERRUPTED, PROG, _duration, _err, _NoApiKey, _out, _UsageError
+from ._output import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    PROG,
+    _duration,
+    _err,
+    _NoApiKey,
+    _out_json,
+    _out_raw,
+    _UsageError,
+)
 
 if TYPE_CHECKING:
     from remote_bash.inventory import Inventory
@@ -84,7 +95,9 @@ def _approver(ctx: _Context) -> TerminalApprover:
 class _AgentView:
     """Shows an agent run as it happens: Claude's text, each command, a few lines of its output
     (all of it goes to the transcript), its exit status and duration; or JSON lines with ``--json``.
-    Output is redacted here, as the session's streamed chunks are raw."""
+    Output is redacted here, as the session's streamed chunks are raw. Everything Claude or the
+    host wrote is shown with what a terminal would act on escaped (:func:`escape`), so a command
+    is shown as it will run: a ``\\r``, a backspace or a bidi override in it shows as such."""
 
     LINES = 6
 
@@ -108,11 +121,11 @@ class _AgentView:
         if self.as_json:
             self._json(event, text)
         elif kind == "text":
-            self._write(text)
+            self._write(escape(text))
         elif kind == "command":
             self.stream = self.redactor.stream()
             self.shown = self.hidden = 0
-            shown = "(restart the shell)" if event.command is None else self.redactor.redact(event.command)
+            shown = "(restart the shell)" if event.command is None else escape(self.redactor.redact(event.command))
             self._write(("" if self.at_line_start else "\n") + self._style("$ " + shown, "1;36") + "\n")
         elif kind in ("output", "result"):
             self._lines(text)
@@ -132,13 +145,17 @@ class _AgentView:
         if event.usage is not None:
             record["usage"] = event.usage.model_dump()
         if event.kind != "output" or text:
-            _out(json.dumps(record, ensure_ascii=False) + "\n")
+            _out_json(record)
 
     def _lines(self, text: str) -> None:
-        for line in text.splitlines():
+        # Split on newlines only: a line that holds a \r or a form feed shows it, escaped.
+        lines = text.split("\n")
+        if not lines[-1]:
+            lines.pop()
+        for line in lines:
             if self.shown < self.LINES:
                 self.shown += 1
-                self._write(self._style("  " + line[:200], "2") + "\n")
+                self._write(self._style("  " + escape(line[:200]), "2") + "\n")
             else:
                 self.hidden += 1
 
@@ -149,26 +166,28 @@ class _AgentView:
         if event.exit_code is not None:
             note = f"exit {event.exit_code}, {took}"
         else:
-            note = self.redactor.redact(event.text.splitlines()[-1] if event.text else "error") + f", {took}"
+            note = escape(self.redactor.redact(event.text.splitlines()[-1] if event.text else "error")) + f", {took}"
         bad = event.is_error or bool(event.exit_code)
         self._write(self._style(f"  [{note}]", "31" if bad else "32") + "\n")
 
     def _style(self, text: str, code: str) -> str:
+        # ``text`` is escaped already: the only escape sequences written are these.
         return f"\x1b[{code}m{text}\x1b[0m" if self.tty else text
 
     def _write(self, text: str) -> None:
+        """Write text that is safe already (escaped, or styling built here)."""
         if text:
-            _out(text)
+            _out_raw(text)
             self.at_line_start = text.endswith("\n")
 
     def finish(self, outcome: Any) -> None:
         usage = outcome.usage
         if self.as_json:
             record = {"event": "outcome", **outcome.model_dump(mode="json")}
-            _out(json.dumps(record, ensure_ascii=False) + "\n")
+            _out_json(record)
             return
         if not self.at_line_start:
-            _out("\n")
+            _out_raw("\n")
         _err(f"\n{outcome.message}. {outcome.turns} turns; tokens: {usage.input_tokens:,} in, "
              f"{usage.cache_read_input_tokens:,} cached, {usage.cache_creation_input_tokens:,} cache writes, "
              f"{usage.output_tokens:,} out; estimated cost ${outcome.cost_usd:.4f}\n"

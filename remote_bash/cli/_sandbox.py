@@ -6,10 +6,8 @@ prints, and names the operator's private paths the sandbox must not reach.
 
 from __future__ import annotations
 
-import json
-
 from ._context import _Context, _progress
-from ._output import PROG, _out
+from ._output import PROG, _out, _out_json
 
 
 def _cmd_sandbox(ctx: _Context) -> int:
@@ -22,7 +20,7 @@ def _cmd_sandbox(ctx: _Context) -> int:
             data: dict[str, object] = {"running": info is not None}
             if info is not None:
                 data.update(vars(info), inventory=info.inventory_snippet())
-            _out(json.dumps(data) + "\n")
+            _out_json(data, ascii_only=True)
         elif info is None:
             _out("sandbox: not running\n")
         else:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from remote_bash._paths import private_dir, write_private
+from remote_bash.terminal import escape
 
 from .results import FleetResult, FleetRun, _first_line
 
@@ -26,11 +27,12 @@ def _clip(text: str, width: int) -> str:
 
 def format_recap(result: FleetResult, *, width: int = 120, max_names: int = 8, max_lines: int = 20) -> str:
     """A table (host, status, exit, time, first line of output or error), a summary line, then
-    the distinct outputs (at most ``max_lines`` lines each) with the hosts that printed each."""
+    the distinct outputs (at most ``max_lines`` lines each) with the hosts that printed each.
+    What the hosts printed is shown with terminal controls escaped (:func:`terminal.escape`)."""
     rows = [("HOST", "STATUS", "EXIT", "TIME", "OUTPUT")]
     for r in result.results:
         completed = r.status in ("ok", "failed")
-        shown = r.first_line if completed else _first_line(r.error or "") or r.first_line
+        shown = escape(r.first_line if completed else _first_line(r.error or "") or r.first_line)
         rows.append((r.host, r.status, "-" if r.exit_code is None else str(r.exit_code),
                      _seconds(r.duration), shown))
     sizes = [max(len(row[i]) for row in rows) for i in range(4)]
@@ -46,7 +48,7 @@ def format_recap(result: FleetResult, *, width: int = 120, max_names: int = 8, m
         if len(group.hosts) > max_names:
             names += f" and {len(group.hosts) - max_names} more"
         noun = "host" if len(group.hosts) == 1 else "hosts"
-        body = group.output or "(no output)"
+        body = escape(group.output) or "(no output)"
         if "\n" not in body:
             lines.append(f"\n{len(group.hosts)} {noun}: {_clip(body, width)}\n  ({names})")
         else:
@@ -102,14 +104,15 @@ def _money(value: float) -> str:
 
 def format_run_recap(result: FleetRun, *, width: int = 120, max_lines: int = 40) -> str:
     """A table (host, status, turns, commands, cost, time, summary or error), a totals line, where the
-    transcripts are, and for a coordinator Claude's final answer (at most ``max_lines`` lines)."""
+    transcripts are, and for a coordinator Claude's final answer (at most ``max_lines`` lines).
+    Claude's and the hosts' words are shown with terminal controls escaped."""
 
     per_host = result.mode == "per-host"
     rows = [["HOST", "STATUS", "TURNS", "CMDS", "COST", "TIME", "SUMMARY"]]
     for r in result.results:
         c = r.conversation
         ran = r.status != "skipped"
-        shown = r.summary if r.ok or not r.error else _first_line(r.error)
+        shown = escape(r.summary if r.ok or not r.error else _first_line(r.error))
         rows.append([r.host, r.status, str(c.turns) if c else "-", str(r.commands) if ran else "-",
                      _money(c.cost_usd) if c else "-", _seconds(r.duration) if ran else "-", shown])
     if not per_host:  # one conversation: its turns and cost are in the totals line
@@ -136,7 +139,7 @@ def format_run_recap(result: FleetRun, *, width: int = 120, max_lines: int = 40)
         c = result.coordinator
         lines.append(f"coordinator: {c.message}; transcript: {c.transcript or '(none)'}")
         if c.final_text.strip():
-            body = c.final_text.strip().splitlines()
+            body = escape(c.final_text.strip()).split("\n")
             lines.append("")
             lines.extend(_clip(line, width) for line in body[:max_lines])
             if len(body) > max_lines:
