@@ -53,13 +53,17 @@ _DROP_BYTES = bytes([*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
 # starts with its own characters, so a failed match costs one pass and nothing is retried; what
 # does not match (a C0 control inside, a sequence cut short) goes through the state machine, which
 # reads it the same way.
-_SEQUENCE = re.compile(
+_WHOLE = (
     r"(?:\x1b\[|\x9b)[\x30-\x3f]*+[\x20-\x2f]*+[\x40-\x7e]"
     r"|\x1b[\x20-\x2f]++[\x30-\x7e]"
     r"|\x1b[\x30-\x4f\x51-\x57\x59\x5a\x5c\x60-\x7e]"
     r"|\x1b\][^\x07\x18\x1a\x1b\x80-\x9f]*+(?:\x07|\x1b\\)"
     r"|\x1b[PX^_][^\x18\x1a\x1b\x80-\x9f]*+\x1b\\"
 )
+_SEQUENCE = re.compile(_WHOLE)
+# From plain text: a stretch of plain runs and whole sequences, read in one call. Within it every
+# ESC or C1 control starts a whole sequence, so removing _SEQUENCE's matches leaves its text.
+_STRETCH = re.compile(r"(?:[^\x1b\x80-\x9f]++|" + _WHOLE + r")*+")
 _CSI_RUN = re.compile(r"[\x20-\x3f]*")  # parameter and intermediate bytes
 _INTERMEDIATE_RUN = re.compile(r"[\x20-\x2f]*")
 _OSC_RUN = re.compile(r"[^\x07\x18\x1a\x1b\x80-\x9f]*")
@@ -74,17 +78,13 @@ def _scan(text: str, state: int, keep: bool) -> tuple[str, int]:
     pos, n = 0, len(text)
     while pos < n:
         if state == GROUND:
-            end = _GROUND_RUN.match(text, pos).end()  # type: ignore[union-attr]  # `*` always matches
+            end = _STRETCH.match(text, pos).end()  # type: ignore[union-attr]  # `*` always matches
             if end > pos:
                 if keep:
-                    out.append(text[pos:end])
+                    out.append(_SEQUENCE.sub("", text[pos:end]))
                 pos = end
                 if pos == n:
                     break
-            whole = _SEQUENCE.match(text, pos)
-            if whole is not None:
-                pos = whole.end()
-                continue
             c = text[pos]
             pos += 1
             state = ESCAPE if c == "\x1b" else _C1_STATE[ord(c) - 0x80]
