@@ -4,7 +4,7 @@ cost the capture of a call's output pays for following escape sequences.
     python bench/bench_terminal.py [--mbytes 4]
 
 Every input is ``--mbytes`` MB of text (fed in 64 KiB chunks for the stream column); figures are
-the best of 3, in MB/s of UTF-8. Run it from the repository root with ``PYTHONPATH=.``. The capture
+the best of 3, in MB/s of UTF-8. The capture
 line compares ``OutputCapture.add`` (which hashes every byte and follows the escape-sequence state)
 with ``hashlib.sha256`` alone over the same chunks, so the ratio is the capture's overhead.
 """
@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from remote_bash.framing import OutputCapture, TextCleaner, clean_text
 from remote_bash.terminal import ByteTracker, escape, strip
