@@ -188,19 +188,22 @@ def test_fleet_exec_recap_escapes_hostile_output(env: dict[str, str]) -> None:
     assert "ok \\u202etxt.exe end" in screen
     assert "2 hosts: ok \\u202etxt.exe end" in screen or "2 hosts (" in screen
 
-    as_json = cli(env, "fleet", "exec", "all", "--json", "--", HOSTILE)
+    command = HOSTILE + "; true '\x7f\x9b'"
+    as_json = cli(env, "fleet", "exec", "all", "--json", "--", command)
     assert_inert(as_json.stdout)
     result = json.loads(as_json.stdout)
     assert {r["output"] for r in result["results"]} == {f"ok {BIDI}txt.exe end\n"}
+    assert result["command"] == command
 
 
 def test_error_messages_show_what_they_quote_escaped(env: dict[str, str]) -> None:
     # Every error line goes through the same escaping: here one that quotes a host name given on
     # the command line (the same path carries errors that quote a host's or a command's words).
-    out = cli(env, "exec", f"term{OSC52}{BIDI}", "--", "true")
-    assert out.returncode == 127
-    assert_inert(out.stderr)
-    assert "\\x1b]52;c;cHduZWQ=\\x07\\u202e" in out.stderr
+    for debug in ((), ("--debug",)):
+        out = cli(env, *debug, "exec", f"term{OSC52}{BIDI}", "--", "true")
+        assert out.returncode == 127
+        assert_inert(out.stderr)
+        assert "\\x1b]52;c;cHduZWQ=\\x07\\u202e" in out.stderr
 
 
 def _run_script(command: str) -> list[Any]:

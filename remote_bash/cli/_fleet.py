@@ -7,9 +7,11 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from remote_bash.terminal import escape_json
+
 from ._context import _Context, _credentials, _literals, _source
 from ._exec import _command_text
-from ._output import PROG, _duration, _err, _one_line, _out, _UsageError
+from ._output import PROG, _duration, _err, _one_line, _out, _out_raw, _UsageError
 from ._run import _require_api_key, _task_text
 
 if TYPE_CHECKING:
@@ -88,7 +90,10 @@ def _cmd_fleet(ctx: _Context) -> int:
             progress.clear()
     if ctx.args.output_dir:
         fleet.write_output_dir(result, ctx.args.output_dir)
-    _out(result.to_json() + "\n" if ctx.args.json else fleet.format_recap(result))
+    if ctx.args.json:
+        _out_raw(escape_json(result.to_json()) + "\n")
+    else:
+        _out(fleet.format_recap(result))
     return result.exit_code
 
 
@@ -142,5 +147,8 @@ def _cmd_fleet_run(ctx: _Context) -> int:
             progress.clear()
     if args.output_dir:
         fleet.write_run_output_dir(result, args.output_dir)
-    _out(result.to_json() + "\n" if args.json else fleet.format_run_recap(result))
+    if args.json:
+        _out_raw(escape_json(result.to_json()) + "\n")
+    else:
+        _out(fleet.format_run_recap(result))
     return result.exit_code
