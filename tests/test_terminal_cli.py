@@ -13,6 +13,7 @@ import pty
 import re
 import select
 import subprocess
+import tempfile
 import termios
 import time
 from pathlib import Path
@@ -44,15 +45,17 @@ def env(tmp_path: Path, term_hosts: tuple[Host, Host]) -> dict[str, str]:
     return {**base_env(tmp_path), "REMOTE_BASH_INVENTORY": str(inventory)}
 
 
-def on_terminal(env: dict[str, str], *args: str, timeout: float = 60) -> tuple[int, str, str]:
+def on_terminal(env: dict[str, str], *args: str, stdin: str = "", timeout: float = 60) -> tuple[int, str, str]:
     """Run the CLI with stdout on a pseudo-terminal (output processing off, so the bytes read are
-    the bytes written); returns (status, stdout, stderr)."""
+    the bytes written) and ``stdin`` from a file; returns (status, stdout, stderr)."""
     master, slave = pty.openpty()
     attrs = termios.tcgetattr(slave)
     attrs[1] &= ~termios.OPOST
     termios.tcsetattr(slave, termios.TCSANOW, attrs)
-    proc = subprocess.Popen([*CLI, *args], env=env, stdin=subprocess.DEVNULL, stdout=slave,
-                            stderr=subprocess.PIPE)
+    with tempfile.TemporaryFile() as source:
+        source.write(stdin.encode())
+        source.seek(0)
+        proc = subprocess.Popen([*CLI, *args], env=env, stdin=source, stdout=slave, stderr=subprocess.PIPE)
     os.close(slave)
     data = b""
     deadline = time.monotonic() + timeout
@@ -159,10 +162,16 @@ def test_exec_escapes_on_a_terminal_and_streams_as_is_to_a_pipe(env: dict[str, s
     assert piped.stdout == f"ok {BIDI}txt.exe end\n"  # to a pipe: the text Claude reads, as it is
 
 
-def test_shell_on_a_pipe_and_its_messages(env: dict[str, str]) -> None:
-    out = cli(env, "shell", "term-a", stdin=f"{HOSTILE}\nprintf '\\033]0;t\\007' >&2; exit 3\n")
+def test_shell_on_a_pipe_and_on_a_terminal(env: dict[str, str]) -> None:
+    lines = f"{HOSTILE}\nprintf '\\033]0;t\\007' >&2; exit 3\n"
+    out = cli(env, "shell", "term-a", stdin=lines)
     assert out.stdout == f"ok {BIDI}txt.exe end\n"
     assert_inert(out.stderr)
+
+    status, screen, err = on_terminal(env, "shell", "term-a", stdin=lines)
+    assert status == 3
+    assert screen == "ok \\u202etxt.exe end\n"
+    assert_inert(err)
 
 
 def test_audit_show_escapes_a_command_that_holds_an_osc_52(env: dict[str, str]) -> None:
