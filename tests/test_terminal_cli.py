@@ -257,3 +257,18 @@ def test_run_json_keeps_the_command_exact(env: dict[str, str]) -> None:
     assert_inert(out.stdout)
     events = [json.loads(line) for line in out.stdout.splitlines()]
     assert SNEAKY in [e.get("command") for e in events]
+
+
+def test_fleet_run_recap_escapes_claudes_answer(env: dict[str, str]) -> None:
+    answer = f"All fine{OSC52}\r\x1b[2K{BIDI}really"
+    with MessagesServer([Reply([text(answer)])]) as server:
+        run_env = {**env, "ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "test-key"}
+        status, screen, err = on_terminal(run_env, "fleet", "run", "--coordinator", "all", "look")
+        server.add(Reply([text(answer)]))
+        as_json = cli(run_env, "fleet", "run", "--coordinator", "--json", "all", "look")
+    assert status == 0, err
+    assert_inert(screen)
+    assert_inert(err)
+    assert "All fine\\x1b]52;c;cHduZWQ=\\x07\\x0d\\x1b[2K\\u202ereally" in screen
+    assert_inert(as_json.stdout)
+    assert json.loads(as_json.stdout)["coordinator"]["final_text"] == answer
