@@ -22,17 +22,9 @@ _MAX_LINE = 4096
 
 def _visible(text: str) -> str:
     """The command as it will run, with anything a terminal would interpret shown escaped."""
-    out = []
-    for ch in text:
-        code = ord(ch)
-        if ch == "\n" or ch == "\t":
-            out.append(ch)
-        elif code < 0x20 or code == 0x7F or 0x80 <= code < 0xA0 or ch in "\u061c\u200e\u200f" \
-                or 0x202A <= code <= 0x202E or 0x2066 <= code <= 0x2069:
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+    from remote_bash.terminal import escape
+
+    return escape(text)
 
 
 class TerminalApprover:
@@ -74,7 +66,7 @@ class TerminalApprover:
     async def _ask(self, fd: int, host: Host, command: str, need: Need) -> Approval:
         from remote_bash.approval import Approval
 
-        question = (f"\n[approval] {host.name} ({host.address}): {need.reason}\n"
+        question = (f"\n[approval] {host.name} ({host.address}): {_visible(need.reason)}\n"
                     f"  $ {_visible(command)}\n"
                     "  run it? [y] once  [a] allow this exact command here for 15 min (a 60: 60 min)  "
                     "[n] refuse (n REASON)  > ")
