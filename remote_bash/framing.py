@@ -344,7 +344,7 @@ class OutputCapture:
             data = data[room:]
             if not data:
                 return
-        lead = _continuation_bytes(data)
+        lead = _continuation_bytes(data) if 0x80 <= data[0] < 0xC0 else 0
         if lead:
             self._escapes.feed(data[:lead])
         self._tail_states.append(self._escapes.state)
