@@ -32,6 +32,7 @@ from .errors import (
     KnownHostsMissing,
     PolicyDenied,
     RemoteBashError,
+    RemoteFileError,
     SelectionError,
     SessionClosed,
     SessionError,
@@ -41,15 +42,18 @@ from .errors import (
 
 if TYPE_CHECKING:
     from .inventory import Inventory, load_inventory
-    from .models import CommandPolicy, CommandResult, Host, KillReport, ResourceLimits
+    from .models import CommandPolicy, CommandResult, EditPolicy, Host, KillReport, ResourceLimits
     from .session import RemoteBashSession, RemoteInfo
     from .tool import BashTool
+    from .tools.edit import EditTool
 
 # Imported on first use, so that `remote-bash --help` does not pay for asyncssh and pydantic.
 _LAZY = {
     "BashTool": "tool",
     "CommandPolicy": "models",
     "CommandResult": "models",
+    "EditPolicy": "models",
+    "EditTool": "tools.edit",
     "Host": "models",
     "Inventory": "inventory",
     "KillReport": "models",
@@ -90,6 +94,8 @@ __all__ = [
     "ConnectionLost",
     "ConnectionRefused",
     "CredentialError",
+    "EditPolicy",
+    "EditTool",
     "Host",
     "HostKeyChanged",
     "HostKeyError",
@@ -102,6 +108,7 @@ __all__ = [
     "PolicyDenied",
     "RemoteBashError",
     "RemoteBashSession",
+    "RemoteFileError",
     "RemoteInfo",
     "ResourceLimits",
     "SelectionError",

@@ -41,6 +41,7 @@ from .models import CommandResult
 from .redact import Redactor
 from .session import RemoteBashSession
 from .tool import TOOL_NAME, TOOL_TYPE, Approver, BashTool
+from .tools.edit import EditTool
 
 __all__ = [
     "AgentConfig",
@@ -56,6 +57,7 @@ __all__ = [
 ]
 
 BetaAsyncBuiltinFunctionTool.register(BashTool)
+BetaAsyncBuiltinFunctionTool.register(EditTool)
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
 TOOLS: list[dict[str, Any]] = [{"type": TOOL_TYPE, "name": TOOL_NAME}]

@@ -105,12 +105,14 @@ EVENTS = frozenset(
         "host.denied",
         "policy.denied",
         "connect.error",
+        "edit.start",
+        "edit.end",
     }
 )
 """The events a record may carry."""
 
 _RESERVED = ("ts", "event", "host", "seq", "prev", "hash", "mac")
-_REDACTED_FIELDS = frozenset({"command", "output_head", "output_tail", "error"})
+_REDACTED_FIELDS = frozenset({"command", "output_head", "output_tail", "error", "diff"})
 _GENESIS = "0" * 64
 _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 _MAX_NAME = 200
@@ -769,6 +771,8 @@ def format_records(records: Iterable[Mapping[str, Any]]) -> list[str]:
         tool = _one_line(record.get("tool_use_id") or "-", 24)
         outcome = _outcome(record)
         subject = record.get("command")
+        if str(record.get("event", "")).startswith("edit.") and record.get("path"):
+            subject = f"{subject or 'edit'} {record['path']}"
         if subject is None:
             subject = record.get("error") or record.get("address") or ""
         text = _one_line(subject, 120)
@@ -789,4 +793,9 @@ def _outcome(record: Mapping[str, Any]) -> str:
         parts.append(f"{record['duration']:.2f}s")
     if record.get("rule"):
         parts.append(f"rule={_one_line(record['rule'], 24)}")
+    if record.get("event") == "edit.end":
+        if record.get("error"):
+            parts.insert(0, "error")
+        elif isinstance(record.get("bytes_written"), int):
+            parts.insert(0, f"wrote={record['bytes_written']}")
     return " ".join(parts) or "-"

@@ -25,7 +25,8 @@ what failed and what to do about it.
     │       └── KnownHostsMissing   the known_hosts file does not exist
     ├── SessionError                the session cannot serve this call
     │   ├── ConnectionLost          the connection or the remote shell died mid-call
-    │   └── SessionClosed           the session was closed by its owner
+    │   ├── SessionClosed           the session was closed by its owner
+    │   └── RemoteFileError         a file operation of the text editor failed on the host
     ├── CommandTimeout              (also TimeoutError) a command outran its deadline
     ├── AuditError                  the audit log cannot be written: nothing is run
     └── CredentialError             the keyring cannot give or store a secret
@@ -54,6 +55,7 @@ __all__ = [
     "KnownHostsMissing",
     "PolicyDenied",
     "RemoteBashError",
+    "RemoteFileError",
     "SelectionError",
     "SessionClosed",
     "SessionError",
@@ -186,6 +188,18 @@ class ConnectionLost(SessionError):
 
 class SessionClosed(SessionError):
     """The session was closed and cannot be used again."""
+
+
+class RemoteFileError(SessionError):
+    """A file operation on the host failed; nothing was changed unless the message says so.
+
+    ``reason`` is one of ``missing``, ``denied``, ``exists``, ``not_dir``, ``unavailable``
+    (the host has no SFTP subsystem) or ``failure``.
+    """
+
+    def __init__(self, message: str, *, host: str | None = None, reason: str = "failure") -> None:
+        super().__init__(message, host=host)
+        self.reason = reason
 
 
 class CommandTimeout(RemoteBashError, TimeoutError):

@@ -15,6 +15,7 @@ __all__ = [
     "ApproveRule",
     "CommandPolicy",
     "CommandResult",
+    "EditPolicy",
     "Host",
     "KillReport",
     "RegexApproveRule",
@@ -153,6 +154,28 @@ class _Origin:
 
     __hash__ = None  # type: ignore[assignment]  # mutable holder, compared only inside a Host
 
+class EditPolicy(_Config):
+    """Where the text editor tool may work on a host, checked before anything is sent.
+
+    Patterns are absolute paths or globs (``*`` also matches ``/``); a pattern that names a
+    directory covers everything below it. A symbolic link is checked as itself and as the
+    file it points to."""
+
+    allow: list[str] | None = None
+    """Paths the editor may view or change; ``None`` allows any path not denied."""
+    deny: list[str] = Field(default_factory=list)
+    """Paths the editor may never view or change; deny wins over allow."""
+    read_only: bool = False
+    """``True`` allows ``view`` only."""
+
+    @field_validator("allow", "deny")
+    @classmethod
+    def _absolute(cls, value: list[str] | None) -> list[str] | None:
+        for pattern in value or []:
+            if not pattern.startswith("/"):
+                raise ValueError(f"edit path pattern {pattern!r} must be absolute (start with /)")
+        return value
+
 
 class Host(_Config):
     """One host remote_bash may reach, as the inventory resolved it."""
@@ -199,6 +222,8 @@ class Host(_Config):
     """Resource limits applied to the remote shell."""
     policy: CommandPolicy = Field(default_factory=CommandPolicy)
     """The command policy checked before a command is sent."""
+    edit: EditPolicy = Field(default_factory=EditPolicy)
+    """Where the text editor tool may view and change files."""
     ssh_config: str | None = None
     """A ``Host`` alias in the user's ``~/.ssh/config`` to take HostName, User, Port, IdentityFile
     and ProxyJump from."""

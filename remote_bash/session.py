@@ -23,7 +23,7 @@ import getpass
 import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -518,6 +518,28 @@ class RemoteBashSession:
                 return await self._run_locked(command, deadline_s, tool_use_id, on_output)
             finally:
                 self._running = None
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[SshConnection]:
+        """Hold the session between commands and yield its connection (connecting through the
+        host gate when needed): no command of this session runs until the block ends. The text
+        editor works on the host inside such a block, so an edit never interleaves with a command."""
+        self._check_open()
+        async with self._lock:
+            self._check_open()
+            if self.state is SessionState.NEW:
+                self.state = SessionState.OPEN
+            await self._ensure_shell()
+            assert self._conn is not None
+            yield self._conn
+
+    def redact(self, text: str) -> str:
+        """``text`` with the secrets this session's redactor knows masked."""
+        return self._redact(text)
+
+    async def audit(self, event: str, *, strict: bool = False, **fields: Any) -> None:
+        """Write an audit record with this session's fields; ``strict`` raises AuditError on failure."""
+        await self._audit_write(event, strict=strict, **fields)
 
     def _check_policy(self, command: str) -> None:
         policy = self.host.policy

@@ -1,0 +1,256 @@
+"""The text editor's text operations, on plain strings: no I/O, no network.
+
+Bytes become a :class:`Document` (UTF-8, undecodable bytes kept as lone surrogates so they
+are written back unchanged; CRLF files seen with ``\\n`` and written back with ``\\r\\n``),
+and the commands work on its text: numbered views, a unique ``str_replace``, ``insert`` after
+a line, a numbered snippet around a change, a short diff for the audit log, a directory
+listing. Every refusal is an :class:`EditRefused` whose message tells Claude what to do.
+
+This module must never touch a file or a connection.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from remote_bash.errors import RemoteBashError
+
+__all__ = [
+    "Document",
+    "EditRefused",
+    "bound",
+    "decode",
+    "diff_excerpt",
+    "display",
+    "encode",
+    "format_listing",
+    "insert_lines",
+    "looks_binary",
+    "number_lines",
+    "replace_unique",
+    "snippet",
+    "split_lines",
+    "view_file",
+]
+
+NUMBER_WIDTH = 6
+SNIPPET_LINES = 4
+MAX_LISTED_LINES = 20
+"""Line numbers named in a "several occurrences" error, at most."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_HUNK = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@")
+
+
+class EditRefused(RemoteBashError):
+    """The edit cannot be made as asked; the message says why and what to do instead."""
+
+
+@dataclass(frozen=True)
+class Document:
+    """A text file as the editor sees it."""
+
+    text: str
+    """The content; ``\\n`` line ends when ``crlf``; undecodable bytes as lone surrogates."""
+    crlf: bool
+    """Every line of the file ends with ``\\r\\n`` (written back that way)."""
+    invalid_bytes: int
+    """Bytes that are not UTF-8 (kept exactly, shown as U+FFFD)."""
+
+    def normalize(self, text: str) -> str:
+        """Text from Claude in this document's line-end convention."""
+        return text.replace("\r\n", "\n") if self.crlf else text
+
+
+def looks_binary(data: bytes) -> bool:
+    """A NUL byte in the first 8 KiB: not a text file."""
+    return b"\x00" in data[:8192]
+
+
+def decode(data: bytes) -> Document:
+    """The document for a file's bytes; ``encode(doc.text, doc.crlf) == data`` always holds."""
+    text = data.decode("utf-8", "surrogateescape")
+    invalid = len(_SURROGATE.findall(text))
+    lf = text.count("\n")
+    crlf = lf > 0 and text.count("\r\n") == lf
+    return Document(text.replace("\r\n", "\n") if crlf else text, crlf, invalid)
+
+
+def encode(text: str, crlf: bool) -> bytes:
+    """The bytes to write for a document's text."""
+    if crlf:
+        text = text.replace("\n", "\r\n")
+    return text.encode("utf-8", "surrogateescape")
+
+
+def display(text: str) -> str:
+    """Text fit to show: undecodable bytes as U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of ``text``, without their ends; a final newline does not start another line."""
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def number_lines(lines: Sequence[str], first: int) -> str:
+    """``cat -n`` style: the number right-aligned, a tab, the line."""
+    return "\n".join(f"{first + i:>{NUMBER_WIDTH}}\t{line}" for i, line in enumerate(lines))
+
+
+def _int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def view_file(doc: Document, path: str, view_range: object | None,
+              max_characters: int | None) -> str:
+    """The numbered view of a file, or of ``view_range`` ``[start, end]`` (1-based, ``-1`` = to the end)."""
+    lines = split_lines(display(doc.text))
+    total = len(lines)
+    note = ""
+    if doc.invalid_bytes:
+        note = (f" (not valid UTF-8: {doc.invalid_bytes} byte(s) shown as \ufffd; edits elsewhere in the file "
+                "keep them as they are)")
+    if view_range is None:
+        if not total:
+            return f"The file {path} is empty{note}."
+        start, end = 1, total
+    else:
+        if (not isinstance(view_range, list | tuple) or len(view_range) != 2
+                or not all(_int(v) for v in view_range)):
+            raise EditRefused("'view_range' must be two integers [start, end], e.g. [1, 50] or [10, -1]")
+        start, end = int(view_range[0]), int(view_range[1])
+        if not total:
+            raise EditRefused(f"{path} is empty: it has no lines to show; view it without view_range")
+        if start < 1 or start > total:
+            raise EditRefused(f"view_range start {start} is outside the file: {path} has {total} line(s), "
+                              f"numbered 1 to {total}")
+        if end == -1 or end > total:
+            end = total
+        elif end < start:
+            raise EditRefused(f"view_range end {end} is before its start {start}; use -1 to view to the end")
+    body = number_lines(lines[start - 1:end], start)
+    cut = ""
+    if max_characters is not None and len(body) > max_characters:
+        body = body[:max_characters]
+        cut = (f"\n[... the view was cut at {max_characters:,} characters: view a smaller view_range to see "
+               "the rest]")
+    span = "" if (start, end) == (1, total) else f" (lines {start}-{end} of {total})"
+    return f"Here's the content of {path} with line numbers{span}{note}:\n{body}{cut}"
+
+
+def _line_of(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def replace_unique(text: str, old: str, new: str, path: str) -> tuple[str, int, int]:
+    """``text`` with its one occurrence of ``old`` replaced by ``new``, and the first and last
+    line of the new text. No occurrence, or more than one (overlapping ones count), is refused."""
+    if not old:
+        raise EditRefused("'old_str' is empty; give the exact text to replace (use insert to add lines)")
+    pos = text.find(old)
+    if pos < 0:
+        raise EditRefused(f"no replacement was made: old_str does not occur in {path}. It must match the file "
+                          "exactly, whitespace and indentation included; view the file to copy the text")
+    second = text.find(old, pos + 1)
+    if second >= 0:
+        positions = [pos, second]
+        while len(positions) < MAX_LISTED_LINES:
+            nxt = text.find(old, positions[-1] + 1)
+            if nxt < 0:
+                break
+            positions.append(nxt)
+        apart = text.count(old)
+        lines = sorted({_line_of(text, p) for p in positions})
+        more = ", ..." if len(positions) == MAX_LISTED_LINES else ""
+        many = f"{max(apart, len(positions))} times" + (" (overlapping)" if len(positions) > apart else "")
+        raise EditRefused(f"no replacement was made: old_str occurs {many} in {path}, at line(s) "
+                          f"{', '.join(map(str, lines))}{more}. Include more of the surrounding lines in "
+                          "old_str so that it occurs exactly once")
+    first = _line_of(text, pos)
+    spans = new.count("\n") - (1 if new.endswith("\n") else 0)
+    return text[:pos] + new + text[pos + len(old):], first, first + max(spans, 0)
+
+
+def insert_lines(text: str, after: object, insert_text: str, path: str) -> tuple[str, int, int]:
+    """``text`` with ``insert_text`` as new lines after line ``after`` (0 = before the first),
+    and the first and last inserted line. The file keeps its final newline, or its absence."""
+    lines = split_lines(text)
+    total = len(lines)
+    if not _int(after):
+        raise EditRefused(f"'insert_line' must be an integer from 0 to {total}")
+    assert isinstance(after, int)
+    if after < 0 or after > total:
+        raise EditRefused(f"insert_line {after} is outside the file: {path} has {total} line(s), so insert_line "
+                          f"must be from 0 (before the first line) to {total} (after the last)")
+    body = insert_text[:-1] if insert_text.endswith("\n") else insert_text
+    added = body.split("\n")
+    final_newline = text.endswith("\n") or not text
+    result = "\n".join([*lines[:after], *added, *lines[after:]]) + ("\n" if final_newline else "")
+    return result, after + 1, after + len(added)
+
+
+def snippet(text: str, first: int, last: int, path: str) -> str:
+    """The result of an edit: the changed lines with a few lines around them, numbered."""
+    lines = split_lines(display(text))
+    start = max(1, first - SNIPPET_LINES)
+    end = min(len(lines), max(last, first) + SNIPPET_LINES)
+    shown = number_lines(lines[start - 1:end], start) if lines else "(the file is now empty)"
+    return (f"The file {path} has been edited. Here's the result of the change, with line numbers:\n{shown}\n"
+            "Review the change and make sure it is as expected; edit the file again if not.")
+
+
+def diff_excerpt(before: str, after: str, path: str, limit: int = 2000) -> str:
+    """A unified diff of the change, cut to about ``limit`` characters, for the audit log.
+
+    Only the region between the first and the last differing line is compared, so a small
+    change in a large file costs little."""
+    old, new = before.splitlines(), after.splitlines()
+    head = 0
+    while head < min(len(old), len(new)) and old[head] == new[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    base = max(0, head - 2)
+    old_win = old[base:len(old) - max(0, tail - 2)]
+    new_win = new[base:len(new) - max(0, tail - 2)]
+    out = []
+    for line in difflib.unified_diff(old_win, new_win, f"a{path}", f"b{path}", n=2, lineterm=""):
+        match = _HUNK.match(line)
+        if match:
+            a, b = int(match.group(1)) + base, int(match.group(3)) + base
+            line = f"@@ -{a}{match.group(2) or ''} +{b}{match.group(4) or ''} @@"
+        out.append(display(line))
+    text = "\n".join(out)
+    if len(text) > limit:
+        text = text[:limit] + f"\n[... diff cut at {limit:,} characters]"
+    return text
+
+
+def format_listing(path: str, entries: Sequence[tuple[str, bool]], limit: int) -> str:
+    """A directory view: the directory, then each entry as a full path (directories end in /)."""
+    root = path.rstrip("/") or "/"
+    prefix = "" if root == "/" else root
+    lines = [f"{display(prefix)}/{display(name)}{'/' if is_dir else ''}" for name, is_dir in entries]
+    more = f"\n[... listing stopped at {limit:,} entries: view a subdirectory]" if len(entries) >= limit else ""
+    body = "\n".join([root, *lines])
+    return (f"Here are the files and directories up to 2 levels deep in {root}, excluding hidden items:\n"
+            f"{body}{more}")
+
+
+def bound(text: str, limit: int) -> tuple[str, bool]:
+    """``text`` cut to about ``limit`` characters (the start and the end kept), and whether it was cut."""
+    if len(text) <= limit:
+        return text, False
+    half = limit // 2
+    cut = len(text) - 2 * half
+    return (f"{text[:half]}\n[... {cut:,} characters cut: view a smaller view_range ...]\n"
+            f"{text[-half:] if half else ''}"), True
