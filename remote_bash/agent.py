@@ -41,6 +41,7 @@ from .models import CommandResult
 from .redact import Redactor
 from .session import RemoteBashSession
 from .tool import TOOL_NAME, TOOL_TYPE, Approver, BashTool
+from .tools.edit import TOOL_NAME as EDIT_NAME
 from .tools.edit import EditTool
 
 __all__ = [
@@ -61,6 +62,8 @@ BetaAsyncBuiltinFunctionTool.register(EditTool)
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
 TOOLS: list[dict[str, Any]] = [{"type": TOOL_TYPE, "name": TOOL_NAME}]
+ToolName = Literal["bash", "edit"]
+_ALL_TOOLS: tuple[ToolName, ...] = ("bash", "edit")
 
 # USD per million tokens (input, output), matched in order against the model id. Cache writes
 # are billed at 1.25x the input price and cache reads at 0.1x. List prices copied by hand: the
@@ -114,6 +117,9 @@ class AgentConfig(BaseModel):
     """Most estimated US dollars one run may spend (list prices; see ``estimate_cost``)."""
     system_extra: str | None = None
     """Extra instructions appended to the system prompt (house rules, context about the host)."""
+    tools: list[ToolName] = Field(default_factory=lambda: list(_ALL_TOOLS), min_length=1)
+    """The tools one host's conversation offers: ``bash`` (``bash_20250124``) and ``edit`` (the text
+    editor, ``text_editor_20250728``, on the same host)."""
     transcript: Path | None = None
     """The JSONL transcript file; ``None`` means one under ``$XDG_STATE_HOME/remote-bash/transcripts``."""
     max_retries: int = Field(default=4, ge=0)
@@ -171,6 +177,8 @@ class AgentEvent:
     kind: EventKind
     text: str = ""
     tool_use_id: str | None = None
+    tool: str | None = None
+    """The tool's name on ``command`` and ``result`` events (``bash``, ``str_replace_based_edit_tool``, ...)."""
     command: str | None = None
     is_error: bool = False
     exit_code: int | None = None
@@ -333,8 +341,9 @@ async def _run(task: str, session: RemoteBashSession | ToolSet, config: AgentCon
     else:
         if session.info is None:
             await session.start()
-        system = _system_blocks(session, config.system_extra)
-        name, user, tools = session.host.name, session.info.user if session.info else None, TOOLS
+        system = _system_blocks(session, config.system_extra, config.tools)
+        name, user = session.host.name, session.info.user if session.info else None
+        tools = [t.to_dict() for t in _host_tools(session, config, None)]
     # The session's redactor (with its host's patterns and known secrets); for a set of tools
     # over many hosts, the built-in secret formats.
     redact = session.redact if isinstance(session, RemoteBashSession) else Redactor().redact
@@ -397,8 +406,7 @@ class _Loop:
             handlers = session.tools
         else:
             self.watched = _Watched(session)
-            handlers = [BashTool(cast(RemoteBashSession, self.watched), on_output=self._on_output,
-                                 approver=approver)]
+            handlers = _host_tools(session, config, self, approver)
         self.tools = {t.name: t for t in handlers}
         self.tool_defs = [t.to_dict() for t in handlers]
 
@@ -488,8 +496,11 @@ class _Loop:
     async def _run_tool(self, block: dict[str, Any]) -> dict[str, Any]:
         tool_input = block.get("input")
         command = tool_input.get("command") if isinstance(tool_input, dict) else None
+        tool = block.get("name")
+        if tool == EDIT_NAME and isinstance(tool_input, dict):
+            command = f"{command} {tool_input.get('path')}"  # what the editor does, and where
         self.current_id = block["id"]
-        self.emit(AgentEvent("command", tool_use_id=block["id"],
+        self.emit(AgentEvent("command", tool_use_id=block["id"], tool=tool,
                              command=command if isinstance(command, str) else None))
         started = time.monotonic()
         if self.watched is not None:
@@ -509,7 +520,7 @@ class _Loop:
         self.transcript.write("command", tool_use_id=block["id"], name=block.get("name"), input=tool_input,
                               exit_code=exit_code, timed_out=ran.timed_out if ran is not None else None,
                               duration=round(duration, 3), result=result)
-        self.emit(AgentEvent("result", text=str(result["content"]), tool_use_id=block["id"],
+        self.emit(AgentEvent("result", text=str(result["content"]), tool_use_id=block["id"], tool=tool,
                              command=command if isinstance(command, str) else None,
                              is_error=bool(result["is_error"]), exit_code=exit_code, duration=duration))
         return result
@@ -521,13 +532,36 @@ class _Loop:
                 "content": f"Error: unknown tool {block.get('name')!r}; the tools here are: {names}."}
 
 
-def _system_blocks(session: RemoteBashSession, extra: str | None) -> list[dict[str, Any]]:
+def _host_tools(session: RemoteBashSession, config: AgentConfig, loop: _Loop | None,
+                approver: Approver | None = None) -> list[ToolHandler]:
+    """The tools of one host's conversation, in the order the config names them."""
+    handlers: list[ToolHandler] = []
+    for name in dict.fromkeys(config.tools):
+        if name == "bash":
+            watched = cast(RemoteBashSession, loop.watched) if loop is not None else session
+            handlers.append(BashTool(watched, on_output=loop._on_output if loop is not None else None,
+                                     approver=approver))
+        else:
+            handlers.append(EditTool(session))
+    return handlers
+
+
+def _system_blocks(session: RemoteBashSession, extra: str | None, tools: Sequence[str] = ("bash",)) -> list[
+        dict[str, Any]]:
     host = session.host
     info = session.info
     # What the host reports is checked and marked as data: a hostile host must not write here.
     reported = describe(info.user, info.os, info.bash_version) if info else describe(None, None, None)
+    editor = ""
+    if "edit" in tools:
+        editor = ("\n- Change files with the text editor tool (view, create, str_replace, insert; absolute "
+                  "paths): it works on the same host, writes atomically and keeps modes and line endings. "
+                  "Prefer it to sed -i or heredocs.")
+    through = "the bash tool" if "edit" not in tools else "the bash tool and the text editor tool"
+    if "bash" not in tools:
+        through = "the text editor tool"
     prompt = f"""\
-You are working on a real machine over SSH, through the bash tool.
+You are working on a real machine over SSH, through {through}.
 
 Host: {host.name} ({host.hostname}), as named in the operator's inventory.
 {reported}.
@@ -548,7 +582,7 @@ try to get around it: do the work another way, or say what you would need.
 non-interactive forms (-y, --no-pager, PAGER=cat, sudo -n, DEBIAN_FRONTEND=noninteractive).
 - This is a real machine, maybe in production. Look before you change anything, prefer \
 reversible steps, back up a file before you edit it, and do not delete, stop or restart \
-anything the task does not need.
+anything the task does not need.{editor}
 - When the task is done, or cannot be done, answer without calling the tool: say what you \
 found and what you changed."""
     return _prompt_blocks(prompt, extra)

@@ -130,7 +130,8 @@ async def test_system_prompt_tools_and_prompt_caching(
     assert first["model"] == MODEL
     assert first["max_tokens"] == 1234
     assert first["stream"] is True
-    assert first["tools"] == [{"type": "bash_20250124", "name": "bash"}]
+    assert first["tools"] == [{"type": "bash_20250124", "name": "bash"},
+                              {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"}]
     prompt, extra = first["system"]
     assert session.info is not None
     info = session.info
