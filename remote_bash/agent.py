@@ -41,7 +41,6 @@ from .models import CommandResult
 from .redact import Redactor
 from .session import RemoteBashSession
 from .tool import TOOL_NAME, TOOL_TYPE, Approver, BashTool
-from .tools.edit import TOOL_NAME as EDIT_NAME
 from .tools.edit import EditTool
 
 __all__ = [
@@ -497,8 +496,8 @@ class _Loop:
         tool_input = block.get("input")
         command = tool_input.get("command") if isinstance(tool_input, dict) else None
         tool = block.get("name")
-        if tool == EDIT_NAME and isinstance(tool_input, dict):
-            command = f"{command} {tool_input.get('path')}"  # what the editor does, and where
+        if isinstance(tool_input, dict) and isinstance(tool_input.get("path"), str):
+            command = f"{command} {tool_input['path']}"  # an editor: what it does, and where
         self.current_id = block["id"]
         self.emit(AgentEvent("command", tool_use_id=block["id"], tool=tool,
                              command=command if isinstance(command, str) else None))

@@ -18,7 +18,7 @@ def test_all_lists_exactly_the_public_names() -> None:
 
 
 def test_the_documented_entry_points_exist() -> None:
-    for name in ("Host", "RemoteBashSession", "BashTool", "RemoteBashError", "load_inventory"):
+    for name in ("Host", "RemoteBashSession", "BashTool", "EditTool", "RemoteBashError", "load_inventory"):
         assert name in remote_bash.__all__
 
 

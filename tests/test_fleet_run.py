@@ -237,8 +237,10 @@ async def test_coordinator_drives_several_hosts_in_one_conversation(
                              transcript_dir=tmp_path, on_progress=snapshots.append)
 
     first = server.requests[0]
-    (tool,) = first["tools"]
+    tool, editor = first["tools"]
     assert tool["name"] == "remote_bash"
+    assert editor["name"] == "remote_edit"
+    assert editor["input_schema"]["properties"]["host"]["enum"] == ["fr-a", "fr-b", "fr-down", "fr-c"]
     assert tool["input_schema"]["properties"]["host"]["enum"] == ["fr-a", "fr-b", "fr-down", "fr-c"]
     assert "bash_20250124" not in json.dumps(first["tools"])
     prompt = first["system"][0]["text"]

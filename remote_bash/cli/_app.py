@@ -73,6 +73,14 @@ def _positive(value: str) -> int:
     return int(value)
 
 
+def _tools(value: str) -> list[str]:
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = sorted(set(names) - {"bash", "edit"})
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{value!r}: the tools are bash and edit (comma-separated)")
+    return list(dict.fromkeys(names))
+
+
 def _since(value: str) -> datetime:
     import re
     from datetime import UTC, datetime, timedelta
@@ -144,6 +152,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print events as JSON lines")
     _approval_options(p)
     _sandbox_options(p)
+    p.add_argument("--tools", type=_tools, default=["bash", "edit"], metavar="bash,edit",
+                   help="tools Claude gets: bash, the text editor (edit), or both (default)")
     p.set_defaults(handler="_run:_cmd_run")
 
     p = add("hosts", "List the inventory's hosts.", f"{PROG} hosts 'web:&env=production'")

@@ -67,6 +67,7 @@ async def _run(ctx: _Context, inventory: Inventory, name: str, task: str, resume
         options["model"] = ctx.args.model
     if ctx.args.max_turns:
         options["max_turns"] = ctx.args.max_turns
+    options["tools"] = ctx.args.tools
     session, redactor = await _session(ctx, inventory, name)
     view = _AgentView(redactor, as_json=ctx.args.json, tty=sys.stdout.isatty())
     approver = _approver(ctx)
@@ -126,7 +127,8 @@ class _AgentView:
             self.stream = self.redactor.stream()
             self.shown = self.hidden = 0
             shown = "(restart the shell)" if event.command is None else escape(self.redactor.redact(event.command))
-            self._write(("" if self.at_line_start else "\n") + self._style("$ " + shown, "1;36") + "\n")
+            prompt = "$ " if getattr(event, "tool", None) in (None, "bash") else "edit: "
+            self._write(("" if self.at_line_start else "\n") + self._style(prompt + shown, "1;36") + "\n")
         elif kind in ("output", "result"):
             self._lines(text)
             if kind == "result":

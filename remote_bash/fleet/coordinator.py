@@ -97,12 +97,14 @@ class _Coordinator:
     async def run(self, task: str, config: AgentConfig, directory: Path, client: anthropic.AsyncAnthropic | None,
                   on_event: Callable[[str, AgentEvent], None] | None) -> Conversation | None:
         from remote_bash.agent import ToolSet, run_agent
+        from remote_bash.tools.host_edit import HostEditTool
 
         await self._connect_all()
         if not any(self._reached(h.name) for h in self.hosts):
             return None
         self._tool = HostBashTool(self.pool, self.hosts)
-        tools = ToolSet(name=COORDINATOR, tools=[self], system_prompt=self._prompt())
+        editor = HostEditTool(self.pool.connect, self.hosts)
+        tools = ToolSet(name=COORDINATOR, tools=[self, editor], system_prompt=self._prompt())
         path = _transcript(directory, COORDINATOR)
         tally = _Tally(COORDINATOR, on_event)
         try:
@@ -191,7 +193,9 @@ class _Coordinator:
 You are working on several real machines over SSH, through the remote_bash tool. Each call names \
 one host, and each host has its own persistent bash session: the working directory, variables and \
 functions carry over from one command to the next on the same host. {{"host": ..., "restart": true}} \
-gives that host a clean shell. There is no plain bash tool here.
+gives that host a clean shell. There is no plain bash tool here. Change files with the remote_edit \
+tool (view, create, str_replace, insert on one host's absolute path): it writes atomically and keeps \
+modes and line endings; prefer it to sed -i or heredocs.
 
 Hosts:
 {host_lines}
