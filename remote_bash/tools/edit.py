@@ -229,7 +229,13 @@ class EditTool:
             raise _text.EditRefused(f"{path} is {info.size:,} bytes, more than the {VIEW_LIMIT:,} shown whole; "
                                     "view part of it with view_range, e.g. [1, 200], or search it with bash "
                                     "(grep -n)")
-        data = await files.read(info.path, MAX_FILE_BYTES)
+        # Ask for what the file holds (and some room to grow), not the cap: an SFTP read asks for
+        # every block of the size requested at once.
+        limit = min(MAX_FILE_BYTES, info.size + 65536)
+        data = await files.read(info.path, limit)
+        if len(data) > limit:
+            raise _text.EditRefused(f"{path} grew by more than 64 KiB while it was read (something is writing "
+                                    "to it); look at it with bash, then try again")
         if _text.looks_binary(data):
             raise _text.EditRefused(f"{path} looks binary (it contains NUL bytes); the editor handles text "
                                     "only. Inspect it with bash (file, xxd | head)")
