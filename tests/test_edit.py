@@ -22,7 +22,7 @@ import pytest
 from remote_bash import EditTool, RemoteBashSession
 from remote_bash.audit import AuditLog, format_records
 from remote_bash.models import EditPolicy, Host
-from remote_bash.tools.edit import MAX_TEXT_CHARS, VIEW_LIMIT
+from remote_bash.tools.edit import MAX_FILE_BYTES, MAX_TEXT_CHARS, VIEW_LIMIT
 
 from .sshd import TestHosts
 
@@ -186,6 +186,23 @@ async def test_a_big_file_can_be_viewed_in_part(session: RemoteBashSession, work
                                                   f"   101\tline 0000101 {'.' * 40}"]
 
 
+async def test_a_file_over_the_read_cap_is_refused(session: RemoteBashSession, work: Path) -> None:
+    f = put(work / "huge.log", b"")
+    with f.open("wb") as fh:
+        fh.truncate(MAX_FILE_BYTES + 1)  # sparse: the size is what counts
+    result = await edit(session, command="view", path=str(f), view_range=[1, 2])
+    assert result["is_error"] is True and "reads files up to" in result["content"]
+
+
+async def test_nothing_is_done_when_it_cannot_be_audited(host: Host, work: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    async with RemoteBashSession(host, audit=AuditLog(blocker / "audit")) as s:
+        result = await edit(s, command="create", path=str(work / "never.txt"), file_text="x")
+    assert result["is_error"] is True and "could not be audited" in result["content"]
+    assert not (work / "never.txt").exists()
+
+
 async def test_relative_path_is_refused_before_anything(session: RemoteBashSession, audit: AuditLog,
                                                        host: Host) -> None:
     result = await edit(session, command="view", path="etc/hosts")
@@ -249,6 +266,22 @@ async def test_write_is_atomic_and_keeps_owner(session: RemoteBashSession, work:
     assert f.stat().st_ino != inode  # replaced by a rename, not rewritten in place
     assert f.stat().st_uid == pwd.getpwnam(hosts.user).pw_uid
     assert sorted(p.name for p in work.iterdir()) == ["atomic.txt"]  # no temporary file left
+
+
+async def test_an_owner_the_user_may_not_keep_is_said(session: RemoteBashSession, work: Path) -> None:
+    f = put(work / "grouped.conf", "a = 1\n", 0o664)
+    os.chown(f, f.stat().st_uid, 0)  # group root: the remote user is not a member and cannot give it back
+    result = await edit(session, command="str_replace", path=str(f), old_str="a = 1", new_str="a = 2")
+    assert result["is_error"] is False
+    assert "belonged to uid" in result["content"] and "gid 0" in result["content"]
+    assert f.read_text() == "a = 2\n" and stat.S_IMODE(f.stat().st_mode) == 0o664
+
+
+async def test_undecodable_bytes_cannot_be_matched_and_are_kept(session: RemoteBashSession, work: Path) -> None:
+    f = put(work / "latin.txt", b"caf\xe9\n")
+    result = await edit(session, command="str_replace", path=str(f), old_str="caf\ufffd", new_str="cafe")
+    assert result["is_error"] is True and "not UTF-8" in result["content"]
+    assert f.read_bytes() == b"caf\xe9\n"
 
 
 async def test_a_symlink_edits_its_target(session: RemoteBashSession, work: Path) -> None:

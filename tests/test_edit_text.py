@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -157,3 +159,16 @@ def test_read_only_and_default_policy() -> None:
     assert check_path("/any", "view", EditPolicy(read_only=True)).allowed
     with pytest.raises(ValueError, match="must be absolute"):
         EditPolicy(deny=["etc/*"])
+
+
+def test_inventory_edit_policy_merges_key_by_key(tmp_path: Path) -> None:
+    from remote_bash.inventory import load_inventory
+
+    path = tmp_path / "hosts.yaml"
+    path.write_text("defaults:\n  edit: {deny: [/etc/shadow]}\nhosts:\n  web-1:\n    hostname: 10.0.0.5\n"
+                    "    edit: {read_only: true}\n  bad:\n    hostname: 10.0.0.6\n")
+    host = load_inventory(path).hosts["web-1"]
+    assert host.edit == EditPolicy(deny=["/etc/shadow"], read_only=True)
+    path.write_text("hosts:\n  web-1:\n    hostname: 10.0.0.5\n    edit: {deny: [etc/x]}\n")
+    with pytest.raises(Exception, match="must be absolute"):
+        load_inventory(path)

@@ -251,6 +251,10 @@ class EditTool:
             try:
                 text, first, last = _text.replace_unique(doc.text, old, new, path)
             except _text.EditRefused as exc:
+                if "does not occur" in exc.message and "\ufffd" in old and doc.invalid_bytes:
+                    raise _text.EditRefused(exc.message + ". The file holds bytes that are not UTF-8, shown as "
+                                            "\ufffd; old_str cannot match them: match the text beside them "
+                                            "instead, and they are kept as they are") from exc
                 if "does not occur" in exc.message and "[REDACTED" in old:
                     raise _text.EditRefused(exc.message + ". The [REDACTED:...] mask in the view stands for a "
                                             "secret that is not shown: match the text around it instead") from exc
