@@ -143,7 +143,8 @@ class EditTool:
                         text, is_error = await self._do(files, command, path, tool_input, tool_use_id, outcome)
                 except TimeoutError:
                     text, is_error = (f"Error: the {command} of {path} did not finish within {deadline:g} s; "
-                                      + ("the file was not changed (a write is a rename: all or nothing)."
+                                      + ("the file is either as it was or wholly replaced (a write is a rename, "
+                                         "never a part): view it to see which."
                                          if command in WRITES else "try again, or view a smaller view_range.")), True
                     outcome.fields["error"] = f"timed out after {deadline:g} s"
                 except _text.EditRefused as exc:
