@@ -172,3 +172,36 @@ def test_inventory_edit_policy_merges_key_by_key(tmp_path: Path) -> None:
     path.write_text("hosts:\n  web-1:\n    hostname: 10.0.0.5\n    edit: {deny: [etc/x]}\n")
     with pytest.raises(Exception, match="must be absolute"):
         load_inventory(path)
+
+
+@given(lines_st, lines_st, lines_st, st.booleans())
+def test_diff_excerpt_hunks_point_at_the_right_lines(head: list[str], middle: list[str], tail: list[str],
+                                                     change: bool) -> None:
+    before_lines = [*head, *middle, *tail]
+    after_lines = [*head, *(["changed!"] if change else []), *middle[1:], *tail]
+    before = "".join(f"{line}\n" for line in before_lines)
+    after = "".join(f"{line}\n" for line in after_lines)
+    diff = _text.diff_excerpt(before, after, "/f", limit=100_000)
+    if before == after:
+        assert diff == ""
+        return
+    old_lines, new_lines = _text.split_lines(before), _text.split_lines(after)
+    body = diff.split("\n")[2:]
+    hunks = [line for line in body if line.startswith("@@")]
+    assert hunks
+    for header in hunks:
+        nums = header.split()[1:3]
+        a, b = (int(x) for x in (nums[0][1:].split(",") + ["1"])[:2])
+        c, d = (int(x) for x in (nums[1][1:].split(",") + ["1"])[:2])
+        at = body.index(header)
+        rows = []
+        for row in body[at + 1:]:
+            if row.startswith("@@"):
+                break
+            rows.append(row)
+        old_side = [r[1:] for r in rows if r[:1] in (" ", "-")]
+        new_side = [r[1:] for r in rows if r[:1] in (" ", "+")]
+        start_old = a - 1 if b else a
+        start_new = c - 1 if d else c
+        assert old_side == old_lines[start_old:start_old + b]
+        assert new_side == new_lines[start_new:start_new + d]

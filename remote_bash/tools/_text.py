@@ -71,8 +71,11 @@ def looks_binary(data: bytes) -> bool:
 
 def decode(data: bytes) -> Document:
     """The document for a file's bytes; ``encode(doc.text, doc.crlf) == data`` always holds."""
-    text = data.decode("utf-8", "surrogateescape")
-    invalid = len(_SURROGATE.findall(text))
+    try:
+        text, invalid = data.decode("utf-8"), 0
+    except UnicodeDecodeError:
+        text = data.decode("utf-8", "surrogateescape")
+        invalid = len(_SURROGATE.findall(text))
     lf = text.count("\n")
     crlf = lf > 0 and text.count("\r\n") == lf
     return Document(text.replace("\r\n", "\n") if crlf else text, crlf, invalid)
@@ -199,10 +202,11 @@ def insert_lines(text: str, after: object, insert_text: str, path: str) -> tuple
 
 def snippet(text: str, first: int, last: int, path: str) -> str:
     """The result of an edit: the changed lines with a few lines around them, numbered."""
-    lines = split_lines(display(text))
+    lines = split_lines(text)
     start = max(1, first - SNIPPET_LINES)
     end = min(len(lines), max(last, first) + SNIPPET_LINES)
-    shown = number_lines(lines[start - 1:end], start) if lines else "(the file is now empty)"
+    shown = number_lines([display(line) for line in lines[start - 1:end]], start) if lines else \
+        "(the file is now empty)"
     return (f"The file {path} has been edited. Here's the result of the change, with line numbers:\n{shown}\n"
             "Review the change and make sure it is as expected; edit the file again if not.")
 
@@ -212,16 +216,18 @@ def diff_excerpt(before: str, after: str, path: str, limit: int = 2000) -> str:
 
     Only the region between the first and the last differing line is compared, so a small
     change in a large file costs little."""
-    old, new = before.splitlines(), after.splitlines()
-    head = 0
-    while head < min(len(old), len(new)) and old[head] == new[head]:
-        head += 1
-    tail = 0
-    while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
-        tail += 1
-    base = max(0, head - 2)
-    old_win = old[base:len(old) - max(0, tail - 2)]
-    new_win = new[base:len(new) - max(0, tail - 2)]
+    same = _common_prefix(before, after)
+    end_same = _common_prefix(before[same:][::-1], after[same:][::-1])
+    # Whole lines around the differing characters, two more on each side.
+    start = before.rfind("\n", 0, same) + 1
+    for _ in range(2):
+        if start == 0:
+            break
+        start = before.rfind("\n", 0, start - 1) + 1
+    base = before.count("\n", 0, start)
+    old_end = _line_end(before, len(before) - end_same, 3)
+    new_end = _line_end(after, len(after) - end_same, 3)
+    old_win, new_win = split_lines(before[start:old_end]), split_lines(after[start:new_end])
     out = []
     for line in difflib.unified_diff(old_win, new_win, f"a{path}", f"b{path}", n=2, lineterm=""):
         match = _HUNK.match(line)
@@ -233,6 +239,28 @@ def diff_excerpt(before: str, after: str, path: str, limit: int = 2000) -> str:
     if len(text) > limit:
         text = text[:limit] + f"\n[... diff cut at {limit:,} characters]"
     return text
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """Length of the common prefix of ``a`` and ``b``, by halving (slice compares run in C)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        mid = (low + high + 1) // 2
+        if a[:mid] == b[:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def _line_end(text: str, pos: int, lines: int) -> int:
+    """The offset just past the ``lines``-th line end at or after ``pos`` (or the text's end)."""
+    for _ in range(lines):
+        nxt = text.find("\n", pos)
+        if nxt < 0:
+            return len(text)
+        pos = nxt + 1
+    return pos
 
 
 def format_listing(path: str, entries: Sequence[tuple[str, bool]], limit: int) -> str:
