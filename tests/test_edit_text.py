@@ -191,8 +191,8 @@ def test_diff_excerpt_hunks_point_at_the_right_lines(head: list[str], middle: li
     assert hunks
     for header in hunks:
         nums = header.split()[1:3]
-        a, b = (int(x) for x in (nums[0][1:].split(",") + ["1"])[:2])
-        c, d = (int(x) for x in (nums[1][1:].split(",") + ["1"])[:2])
+        a, b = (int(x) for x in ([*nums[0][1:].split(","), "1"])[:2])
+        c, d = (int(x) for x in ([*nums[1][1:].split(","), "1"])[:2])
         at = body.index(header)
         rows = []
         for row in body[at + 1:]:
