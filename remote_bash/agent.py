@@ -541,7 +541,7 @@ def _host_tools(session: RemoteBashSession, config: AgentConfig, loop: _Loop | N
             handlers.append(BashTool(watched, on_output=loop._on_output if loop is not None else None,
                                      approver=approver))
         else:
-            handlers.append(EditTool(session))
+            handlers.append(EditTool(session, approver=approver))
     return handlers
 
 

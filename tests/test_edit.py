@@ -495,3 +495,33 @@ async def test_call_for_the_sdk_runner(session: RemoteBashSession, work: Path) -
     assert (await tool.call({"command": "view", "path": str(f)})).endswith("     1\tx")
     with pytest.raises(ToolCallFailed):
         await tool.call({"command": "view", "path": "x"})
+
+
+async def test_writes_follow_the_hosts_approval_rules(host: Host, audit: AuditLog, work: Path) -> None:
+    from remote_bash.approval import Approval, Need
+    from remote_bash.models import WritesOutsideRule
+
+    asked: list[str] = []
+
+    async def yes(_host: Host, command: str, need: Need) -> Approval:
+        asked.append(command)
+        return Approval(True, "once", by="tester")
+
+    inside = work / "inside.txt"
+    outside = Path("/tmp") / f"rbedit-outside-{uuid.uuid4().hex[:8]}"
+    ruled = host.model_copy(update={"approve": [WritesOutsideRule(writes_outside=[str(work)])]})
+    async with RemoteBashSession(ruled, audit=audit) as s:
+        assert (await edit(s, command="create", path=str(inside), file_text="x\n"))["is_error"] is False
+        refused = await edit(s, command="create", path=str(outside), file_text="x\n")
+        assert refused["is_error"] is True and "needs a person's approval" in refused["content"]
+        assert not outside.exists()
+        assert (await edit(s, command="view", path=str(inside)))["is_error"] is False  # reading asks nothing
+        approved = await EditTool(s, approver=yes).handle(use({"command": "create", "path": str(outside),
+                                                                "file_text": "y\n"}))
+    try:
+        assert approved["is_error"] is False and outside.read_text() == "y\n"
+        assert asked == [f"# text editor: create '{outside}'\ncat > '{outside}'"]
+        answers = [r for r in audit.read(ruled.name) if r["event"] == "approval.answered"]
+        assert [r["approved"] for r in answers] == [False, True]
+    finally:
+        outside.unlink(missing_ok=True)

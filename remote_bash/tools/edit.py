@@ -24,8 +24,9 @@ from typing import Any, Protocol
 
 from remote_bash._ssh import FileInfo, SshConnection
 from remote_bash.errors import AccessDenied, AuditError, ConnectError, RemoteBashError, RemoteFileError
+from remote_bash.framing import shell_quote
 from remote_bash.session import RemoteBashSession
-from remote_bash.tool import ToolCallFailed, _get, _register_with_sdk, _result
+from remote_bash.tool import Approver, ToolCallFailed, _approve, _get, _register_with_sdk, _result
 
 from . import _text
 from ._paths import WRITES, check_path, normalize, path_problem
@@ -79,12 +80,13 @@ class EditTool:
     """
 
     def __init__(self, session: RemoteBashSession, *, max_characters: int | None = None,
-                 timeout: float | None = None) -> None:
+                 timeout: float | None = None, approver: Approver | None = None) -> None:
         if max_characters is not None and max_characters < 1:
             raise ValueError(f"max_characters must be positive, got {max_characters}")
         self.session = session
         self.max_characters = max_characters
         self.timeout = timeout
+        self.approver = approver
         _register_with_sdk()
 
     # The tool as the anthropic SDK's runner sees it.
@@ -129,6 +131,15 @@ class EditTool:
         refusal = await self._refuse(command, path, tool_use_id)
         if refusal:
             return self._reply(tool_use_id, refusal, True)
+        if command in WRITES:
+            # The host's approval rules read shell text: a write is put to them as what it does.
+            said = f"# text editor: {command} {shell_quote(path)}\ncat > {shell_quote(path)}"
+            try:
+                refusal = await _approve(self.session, said, tool_use_id, self.approver)
+            except AuditError as exc:
+                refusal = f"Error: nothing was done, because it could not be audited: {exc.message}"
+            if refusal:
+                return self._reply(tool_use_id, refusal.replace("this command", "this edit"), True)
         host = self.session.host
         deadline = self.timeout if self.timeout is not None else host.command_timeout
         outcome = _Outcome()
