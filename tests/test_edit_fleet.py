@@ -106,6 +106,7 @@ def test_cli_run_tools_edit_policy_and_audit_show(pair: tuple[Host, Host], work:
     assert out.returncode == 0, out.stderr
     assert [t["name"] for t in requests[0]["tools"]] == ["str_replace_based_edit_tool"]
     assert f"edit: create {made}" in out.stdout and f"edit: view {keep}" in out.stdout
+    assert f"  File created successfully at {made}" in out.stdout and "  [done, " in out.stdout
     assert made.read_text() == "hello\n"
     results: list[dict[str, Any]] = requests[1]["messages"][-1]["content"]
     assert results[1]["is_error"] is True and "denied by this host's edit policy" in results[1]["content"]

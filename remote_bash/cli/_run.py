@@ -116,7 +116,9 @@ class _AgentView:
         if kind == "output":
             text = self.stream.feed(event.text)
         elif kind == "result":
-            text = self.stream.flush()
+            # The editor streams nothing: its result (a view, a snippet) is what there is to show.
+            text = self.stream.flush() if getattr(event, "tool", None) in (None, "bash") else \
+                self.redactor.redact(event.text)
         else:
             text = event.text
         if self.as_json:
@@ -167,6 +169,8 @@ class _AgentView:
         took = _duration(event.duration) if event.duration is not None else ""
         if event.exit_code is not None:
             note = f"exit {event.exit_code}, {took}"
+        elif not event.is_error:
+            note = f"done, {took}"
         else:
             note = escape(self.redactor.redact(event.text.splitlines()[-1] if event.text else "error")) + f", {took}"
         bad = event.is_error or bool(event.exit_code)
