@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from remote_bash.models import EditPolicy
 from remote_bash.tools import _text
-from remote_bash.tools._paths import check_path, normalize, path_problem
+from remote_bash.tools._edit_policy import check_path, normalize, path_problem
 
 lines_st = st.lists(st.text(alphabet=st.characters(blacklist_characters="\n\r", blacklist_categories=("Cs",)),
                             max_size=12), max_size=12)

@@ -29,7 +29,7 @@ from remote_bash.session import RemoteBashSession
 from remote_bash.tool import Approver, ToolCallFailed, _approve, _get, _register_with_sdk, _result
 
 from . import _text
-from ._paths import WRITES, check_path, normalize, path_problem
+from ._edit_policy import WRITES, check_path, normalize, path_problem
 from ._shell_files import ShellFiles
 
 __all__ = ["EditTool"]

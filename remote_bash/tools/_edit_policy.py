@@ -1,4 +1,4 @@
-"""Paths for the text editor: absolute-path checks and the per-host ``edit`` policy, pure.
+"""Remote paths for the text editor: absolute-path checks and the per-host ``edit`` policy, pure.
 
 This module must never touch a file or a connection: it decides on strings, before anything
 is sent to the host.
