@@ -25,7 +25,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import remote_bash.sandbox as sandbox
 from remote_bash import BashTool, EditTool, RemoteBashSession
 from remote_bash.audit import AuditLog
 from remote_bash.tool import MAX_COMMAND_CHARS
@@ -115,13 +114,16 @@ async def main(calls: int) -> None:
     root = Path(tempfile.mkdtemp(prefix="rb-bench-edit-"))
     os.chmod(root, 0o755)  # noqa: S103 - sshd reads authorized_keys here as the test user
     hosts = make_test_hosts(root)
+    from remote_bash.sandbox import start_sshd
+
+    sandbox = sys.modules[start_sshd.__module__]  # where start_sshd looks the config up
     original = sandbox.shared_sshd_config
     try:
         with_sftp = hosts.start("bench-sftp")
-        sandbox.shared_sshd_config = lambda: "".join(  # type: ignore[assignment]
+        sandbox.shared_sshd_config = lambda: "".join(
             line for line in original().splitlines(keepends=True) if not line.startswith("Subsystem sftp"))
         without = hosts.start("bench-nosftp")
-        sandbox.shared_sshd_config = original  # type: ignore[assignment]
+        sandbox.shared_sshd_config = original
         audit = AuditLog(root / "audit")
         home = Path(pwd.getpwnam(hosts.user).pw_dir)
         work = home / f"rb-bench-edit-{os.getpid()}"
@@ -134,7 +136,7 @@ async def main(calls: int) -> None:
             child.unlink()
         work.rmdir()
     finally:
-        sandbox.shared_sshd_config = original  # type: ignore[assignment]
+        sandbox.shared_sshd_config = original
         hosts.stop_all()
 
 

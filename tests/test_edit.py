@@ -34,11 +34,14 @@ def _without_sftp(config: str) -> str:
 @pytest.fixture(scope="session")
 def nosftp(hosts: TestHosts) -> Host:
     """An sshd whose config has no ``Subsystem sftp`` line (start_sshd always adds one)."""
-    import remote_bash.sandbox as sandbox
+    import sys
 
-    original = sandbox.shared_sshd_config
+    from remote_bash.sandbox import start_sshd
+
+    module = sys.modules[start_sshd.__module__]  # where start_sshd looks the config up
+    original = module.shared_sshd_config
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sandbox, "shared_sshd_config", lambda: _without_sftp(original()))
+        mp.setattr(module, "shared_sshd_config", lambda: _without_sftp(original()))
         return hosts.start("edit-nosftp")
 
 
