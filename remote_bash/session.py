@@ -533,10 +533,6 @@ class RemoteBashSession:
             assert self._conn is not None
             yield self._conn
 
-    def redact(self, text: str) -> str:
-        """``text`` with the secrets this session's redactor knows masked."""
-        return self._redact(text)
-
     async def audit(self, event: str, *, strict: bool = False, **fields: Any) -> None:
         """Write an audit record with this session's fields; ``strict`` raises AuditError on failure."""
         await self._audit_write(event, strict=strict, **fields)
@@ -557,12 +553,6 @@ class RemoteBashSession:
         event = "policy.denied" if isinstance(exc, PolicyDenied) else "host.denied"
         await self._audit_write(event, command=command, tool_use_id=tool_use_id, rule=getattr(exc, "rule", None),
                                 error=exc.message, strict=False)
-
-    async def record(self, event: str, /, **fields: Any) -> None:
-        """Write an audit record of this session (approval questions and answers, edits).
-
-        Raises AuditError when it cannot be written: what it records must not happen unrecorded."""
-        await self._audit_write(event, strict=True, **fields)
 
     async def _run_locked(self, command: str, timeout: float, tool_use_id: str | None,
                           on_output: Callable[[str], None] | None) -> CommandResult:

@@ -180,13 +180,13 @@ async def _approve(session: RemoteBashSession, command: str, tool_use_id: str | 
     need = approval_needed(command, session.host)
     if need is None:
         return None
-    await session.record("approval.asked", command=command, tool_use_id=tool_use_id, rule=need.rule,
+    await session.audit("approval.asked", strict=True, command=command, tool_use_id=tool_use_id, rule=need.rule,
                          reason=need.reason)
     if approver is None:
         answer = Approval(False, "unavailable", reason="nobody can be asked here (no approver is configured)")
     else:
         answer = await approver(session.host, command, need)
-    await session.record("approval.answered", command=command, tool_use_id=tool_use_id, rule=need.rule,
+    await session.audit("approval.answered", strict=True, command=command, tool_use_id=tool_use_id, rule=need.rule,
                          approved=answer.approved, how=answer.how, by=answer.by or None,
                          minutes=answer.minutes or None, reason=answer.reason or None)
     if answer.approved:
