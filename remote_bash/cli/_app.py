@@ -132,8 +132,23 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=_timeout, metavar="SECONDS", help="deadline (default: the host's)")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of streaming")
     _sandbox_options(p)
+    p.add_argument("--keep", action="store_true",
+                   help="run it in the host's kept session, started if none: a background process keeps the shell "
+                        "(cwd, variables, functions) for the next 'exec --keep' (see 'sessions')")
+    p.add_argument("--keep-idle", type=_timeout, metavar="SECONDS",
+                   help="with --keep: close the kept session after this long unused (default: $REMOTE_BASH_KEEP, "
+                        "else 600); setting REMOTE_BASH_KEEP=SECONDS makes every exec keep its session")
+    p.add_argument("--no-keep", action="store_true", help="a session of its own, whatever $REMOTE_BASH_KEEP says")
     p.usage = f"{PROG} exec [options] [HOST] -- COMMAND..."
     p.set_defaults(handler="_exec:_cmd_exec")  # "module:function", imported when it runs (_command)
+
+    p = add("sessions", "List the kept sessions ('exec --keep'), or stop them.",
+            f"{PROG} sessions   /   {PROG} sessions stop web-1   /   {PROG} sessions stop --all")
+    p.add_argument("action", nargs="?", choices=["list", "stop"], default="list")
+    p.add_argument("host", nargs="?", metavar="HOST", help="stop: the host whose kept session to stop")
+    p.add_argument("--all", action="store_true", help="stop: every kept session")
+    p.add_argument("--json", action="store_true", help="list: one JSON object per session")
+    p.set_defaults(handler="_keep:_cmd_sessions")
 
     p = add("shell", "An interactive line-by-line prompt on a host, audited like everything else "
                      "(:restart for a fresh shell, :exit or Ctrl-D to leave).", f"{PROG} shell web-1")
@@ -278,9 +293,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(words)
     args.words = after
     _setup_logging(args.debug)
-    from ._context import _Context
-
     try:
+        if args.handler == "_exec:_cmd_exec":
+            # A kept session answers without the SSH stack, pydantic or the models being imported here.
+            from . import _keep
+
+            if _keep.wanted(args, os.environ):
+                return _keep.exec_kept(args)
+        from ._context import _Context
+
         ctx = _Context(args)
         code: int = _command(args.handler)(ctx)
         return code

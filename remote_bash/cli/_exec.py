@@ -106,13 +106,19 @@ class _Echo:
 
 def _status(name: str, result: CommandResult) -> int:
     """The exit status for a command's result, with a line on stderr when it did not simply end."""
+    status, line = _status_line(name, result)
+    if line is not None:
+        _err(line)
+    return status
+
+
+def _status_line(name: str, result: CommandResult) -> tuple[int, str | None]:
+    """The exit status for a command's result, and the line for stderr when it did not simply end."""
     if result.timed_out:
-        _err(f"{PROG}: {name}: the command did not finish within {result.timeout:g} s and was killed")
-        return EXIT_TIMEOUT
+        return EXIT_TIMEOUT, f"{PROG}: {name}: the command did not finish within {result.timeout:g} s and was killed"
     if result.exit_code is None:
-        _err(f"{PROG}: {name}: the shell ended abnormally (killed by a signal)")
-        return EXIT_ERROR
-    return result.exit_code
+        return EXIT_ERROR, f"{PROG}: {name}: the shell ended abnormally (killed by a signal)"
+    return result.exit_code, None
 
 
 def _cmd_shell(ctx: _Context) -> int:

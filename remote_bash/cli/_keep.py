@@ -1,0 +1,360 @@
+"""The client side of kept sessions: ``exec --keep`` and ``sessions``, talking to a background process.
+
+A kept session is a host's session held by a small per-user background process (``_keepd``) that
+listens on a private unix socket in the runtime directory, so the next ``exec --keep`` on that
+host reuses the same remote shell: cwd, variables and functions persist across invocations.
+
+This module is the part every ``exec --keep`` loads, so it must stay light: the standard library,
+``_output``, ``_paths`` and ``errors`` only. It must never import asyncssh, pydantic or the models;
+a call on a running kept session costs Python's start, one connect and one JSON line each way.
+It never re-sends a request: a background process that dies mid-call is an error, not a retry.
+
+Protocol: one JSON line from the client (``{"op": "run" | "info" | "stop" | "cancel", ...}``);
+replies are JSON lines: ``{"o": text}`` for stdout, ``{"e": line}`` for stderr, ``{"x": status}``
+last, or ``{"info": {...}}``.
+
+A kept session is keyed by the host and by every option that decides how its session is built
+(the inventory, ``--allow``, the audit directory, with the defaults they resolve to): an
+invocation under other rules gets its own background process, never another one's shell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from remote_bash._paths import config_dir, open_private, private_dir, runtime_dir, state_dir
+from remote_bash.errors import SessionError
+
+from ._output import EXIT_FAILED, EXIT_INTERRUPTED, PROG, _err, _out, _table, _UsageError
+
+if TYPE_CHECKING:
+    import argparse
+    import subprocess
+
+PROTOCOL = 1
+DEFAULT_IDLE = 600.0
+"""Seconds a kept session waits unused before its process closes it (``--keep-idle``, ``REMOTE_BASH_KEEP``)."""
+START_WAIT = 30.0
+"""How long a client waits for a background process it started to listen."""
+SETTING = "REMOTE_BASH_KEEP"
+
+
+class KeptSessionError(SessionError):
+    """A kept session's background process could not be started, reached or trusted."""
+
+
+# -- where, and under which key --------------------------------------------------------------------
+
+
+def keep_dir(env: Mapping[str, str]) -> Path:
+    """The owner-only directory of the sockets (and locks) of kept sessions."""
+    return runtime_dir(env) / "keep"
+
+
+def log_dir(env: Mapping[str, str]) -> Path:
+    return state_dir(env) / "keep"
+
+
+def _absolute(value: str | None) -> str:
+    return os.path.abspath(os.path.expanduser(value)) if value else ""
+
+
+def session_key(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, str | None]:
+    """What decides how a kept session is built: the same key means the same rules."""
+    return {
+        "host": args.host or "",
+        "inventory": _absolute(args.inventory or env.get("REMOTE_BASH_INVENTORY")),
+        "default_inventory": str(config_dir(env)),
+        "allow": args.allow,
+        "audit_dir": _absolute(args.audit_dir or env.get("REMOTE_BASH_AUDIT_DIR")),
+        "default_audit_dir": str(state_dir(env)),
+    }
+
+
+def key_name(key: Mapping[str, str | None]) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def idle_timeout(args: argparse.Namespace, env: Mapping[str, str]) -> float:
+    if args.keep_idle is not None:
+        return float(args.keep_idle)
+    return _setting(env) or DEFAULT_IDLE
+
+
+def _setting(env: Mapping[str, str]) -> float | None:
+    value = env.get(SETTING, "").strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise _UsageError(f"{SETTING}={value!r} is not a number of seconds (the idle timeout of kept "
+                          "sessions; unset it to keep none)") from None
+    if not seconds > 0:
+        raise _UsageError(f"{SETTING}: the idle timeout must be positive, not {value!r}")
+    return seconds
+
+
+def wanted(args: argparse.Namespace, env: Mapping[str, str]) -> bool:
+    """Whether this ``exec`` goes through a kept session (``--keep``, ``--keep-idle`` or the setting)."""
+    if args.no_keep:
+        return False
+    return bool(args.keep or args.keep_idle is not None or _setting(env) is not None)
+
+
+# -- the socket ----------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _short(path: Path) -> Iterator[str]:
+    """A name for ``path`` that fits a unix socket address (108 bytes): through the directory's
+    descriptor under /proc when the path is long."""
+    if len(os.fsencode(path)) < 100 or not os.path.isdir("/proc/self/fd"):
+        yield str(path)
+        return
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}"
+    finally:
+        os.close(fd)
+
+
+def connect(path: Path, timeout: float | None = None) -> socket.socket | None:
+    """A connection to the socket at ``path``, or None when nothing listens there."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    sock.settimeout(timeout)
+    try:
+        with _short(path) as name:
+            sock.connect(name)
+    except (FileNotFoundError, ConnectionRefusedError):
+        sock.close()
+        return None
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _send(sock: socket.socket, message: Mapping[str, Any]) -> None:
+    sock.sendall(json.dumps(message).encode() + b"\n")
+
+
+def _replies(sock: socket.socket) -> Iterator[dict[str, Any]]:
+    with sock.makefile("rb") as stream:
+        for line in stream:
+            yield json.loads(line)
+
+
+# -- starting the background process ---------------------------------------------------------------------
+
+
+def _start(key: dict[str, str | None], name: str, idle: float, env: Mapping[str, str], debug: bool,
+           ) -> subprocess.Popen[bytes]:
+    import subprocess
+
+    logs = private_dir(log_dir(env), what="kept session logs")
+    log = open_private(logs / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, what="a kept session log")
+    # The process runs this very package (not whatever a cwd or an install would find first).
+    root = str(Path(__file__).resolve().parents[2])
+    code = f"import sys; sys.path.insert(0, {root!r}); from remote_bash.cli._keepd import main; main()"
+    config = json.dumps({"key": key, "name": name, "idle": idle, "debug": debug})
+    try:
+        return subprocess.Popen([sys.executable, "-c", code, config], stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=log, cwd="/", start_new_session=True, close_fds=True)
+    finally:
+        os.close(log)
+
+
+def _reach(key: dict[str, str | None], name: str, idle: float, env: Mapping[str, str], debug: bool,
+           ) -> socket.socket:
+    """A connection to the kept session of ``key``, starting its background process if none listens."""
+    directory = private_dir(keep_dir(env), what="kept sessions")
+    path = directory / f"{name}.sock"
+    sock = connect(path)
+    if sock is not None:
+        return sock
+    proc = _start(key, name, idle, env, debug)
+    deadline = time.monotonic() + START_WAIT
+    pause = 0.005
+    while time.monotonic() < deadline:
+        sock = connect(path)
+        if sock is not None:
+            return sock
+        status = proc.poll()
+        if status not in (None, 0):  # 0: another client's process won the race and will listen
+            raise KeptSessionError(f"the kept session's background process exited at start (status {status}); "
+                                   f"see {log_dir(env) / (name + '.log')}", host=key["host"] or None)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
+    raise KeptSessionError(f"the kept session's background process did not listen on {path} within "
+                           f"{START_WAIT:g} s; see {log_dir(env) / (name + '.log')}", host=key["host"] or None)
+
+
+# -- exec --keep ----------------------------------------------------------------------------------------
+
+
+def exec_kept(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> int:
+    """``exec --keep``: run the command in the host's kept session; the exit status as plain ``exec``."""
+    words: list[str] | None = args.words
+    if not words or not " ".join(words).strip():
+        raise _UsageError(f"no command: put it after '--', e.g. {PROG} exec --keep web-1 -- uptime")
+    if args.allow is not None and not args.allow.strip():
+        raise _UsageError("--allow: the allowlist pattern is empty; use 'all' to allow every host")
+    key = session_key(args, env)
+    name = key_name(key)
+    idle = idle_timeout(args, env)
+    host = key["host"] or "the default host"
+    sock = _reach(key, name, idle, env, args.debug)
+    interrupted: list[bool] = []
+
+    def interrupt(signum: int, frame: object) -> None:
+        if interrupted:  # a second Ctrl-C: leave; the closed socket tells the process to kill it too
+            raise KeyboardInterrupt
+        interrupted.append(True)
+        with contextlib.suppress(OSError):
+            _send(sock, {"op": "cancel"})
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    try:
+        try:
+            _send(sock, {"v": PROTOCOL, "op": "run", "key": key, "command": " ".join(words),
+                         "timeout": args.timeout, "json": bool(args.json), "idle": idle})
+        except OSError as exc:
+            raise _died(host, env, name, f"({exc.strerror or exc})") from exc
+        replies = _replies(sock)
+        while True:
+            try:
+                reply = next(replies, None)
+            except (OSError, ValueError) as exc:
+                raise _died(host, env, name, f"({exc})") from exc
+            if reply is None:
+                raise _died(host, env, name, "")
+            if "o" in reply:
+                _out(reply["o"])
+            if "e" in reply:
+                _err(reply["e"])
+            if "x" in reply:
+                status: int = reply["x"]
+                return status
+    except KeyboardInterrupt:
+        _err(f"{PROG}: interrupted")
+        return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        sock.close()
+
+
+def _died(host: str, env: Mapping[str, str], name: str, detail: str) -> KeptSessionError:
+    return KeptSessionError(
+        f"{host}: the kept session's background process ended during the call{' ' + detail if detail else ''}; "
+        "the command's outcome is unknown and it was not run again (the next call starts a fresh session; "
+        f"see {log_dir(env) / (name + '.log')})")
+
+
+# -- sessions ----------------------------------------------------------------------------------------
+
+
+def _ask(path: Path, message: Mapping[str, Any], timeout: float) -> dict[str, Any] | None:
+    sock = connect(path, timeout)
+    if sock is None:
+        return None
+    try:
+        _send(sock, message)
+        return next(_replies(sock), None)
+    except (OSError, ValueError):
+        return None
+    finally:
+        sock.close()
+
+
+def _stale(path: Path) -> bool:
+    """Whether no process holds the lock of the socket at ``path`` (it died without cleaning up)."""
+    import fcntl
+
+    try:
+        fd = os.open(path.with_suffix(".lock"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def kept_sessions(env: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The kept sessions answering on this user's sockets; a stale socket (its process gone) is removed."""
+    directory = keep_dir(env)
+    if not directory.is_dir():
+        return []
+    private_dir(directory, what="kept sessions", create=False)
+    found = []
+    for path in sorted(directory.glob("*.sock")):
+        reply = _ask(path, {"v": PROTOCOL, "op": "info"}, 10.0)
+        if reply is not None and "info" in reply:
+            found.append({**reply["info"], "socket": str(path)})
+        elif _stale(path):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+    return found
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def _cmd_sessions(ctx: Any) -> int:
+    args, env = ctx.args, ctx.env
+    if args.action == "stop":
+        if (args.host is None) == (not args.all):
+            raise _UsageError(f"name a host or give --all, e.g. {PROG} sessions stop web-1")
+        return _stop(env, None if args.all else args.host)
+    if args.host is not None or args.all:
+        raise _UsageError(f"'{PROG} sessions' lists every kept session; to stop some: {PROG} sessions stop HOST")
+    found = kept_sessions(env)
+    now = time.time()
+    if args.json:
+        for info in found:
+            _out(json.dumps(info) + "\n")
+        return 0
+    if not found:
+        _err("no kept sessions")
+        return 0
+    rows = [["HOST", "AGE", "IDLE", "PID", "SOCKET"]]
+    rows += [[i["host"], _age(now - i["started"]), "busy" if i["busy"] else _age(now - i["last"]), str(i["pid"]),
+              i["socket"]] for i in found]
+    _out(_table(rows))
+    return 0
+
+
+def _stop(env: Mapping[str, str], host: str | None) -> int:
+    chosen = [i for i in kept_sessions(env) if host is None or i["host"] == host]
+    if host is not None and not chosen:
+        _err(f"{PROG}: no kept session for {host} (see '{PROG} sessions')")
+        return EXIT_FAILED
+    status = 0
+    for info in chosen:
+        reply = _ask(Path(info["socket"]), {"v": PROTOCOL, "op": "stop"}, 60.0)
+        if reply is not None and reply.get("stopped"):
+            _out(f"stopped {info['host']} (pid {info['pid']})\n")
+        else:
+            _err(f"{PROG}: {info['host']}: the kept session (pid {info['pid']}) did not confirm it stopped")
+            status = EXIT_FAILED
+    return status

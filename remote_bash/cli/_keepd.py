@@ -1,0 +1,287 @@
+"""The background process of a kept session: one host's session, served on a private unix socket.
+
+Started by the first ``exec --keep`` on a host (``_keep``), detached from its terminal, with its
+stdout and stderr going to a log file in the state directory. It builds its session exactly as
+``exec`` does (:func:`_context._session`: the inventory, ``--allow``, the audit directory,
+credentials, redaction, the gate and the command policy of the invocation that started it), runs
+each client's command in it and streams the redacted output back, and exits (closing the session,
+which stops what it left running) after its idle timeout, on ``sessions stop`` or on SIGTERM.
+
+It must never: serve a connection from another user (the peer's uid is checked with
+``SO_PEERCRED``, on top of the socket's 0600 mode in a 0700 directory), serve a request made under
+other options than its own, write a command, its output or a secret to its log, or run a request
+twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from remote_bash._paths import open_private, private_dir
+
+from ._context import _Context, _pick_host, _session
+from ._exec import _Echo, _status_line
+from ._keep import PROTOCOL, _short, keep_dir
+from ._output import EXIT_ERROR, EXIT_INTERRUPTED, PROG, _exit_code, _one_line
+
+if TYPE_CHECKING:
+    from remote_bash.inventory import Inventory
+    from remote_bash.models import CommandResult
+    from remote_bash.redact import Redactor
+    from remote_bash.session import RemoteBashSession
+
+Send = Callable[[dict[str, Any]], None]
+
+
+def _log(message: str) -> None:
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    sys.stderr.write(f"{stamp} {PROG} keep[{os.getpid()}]: {message}\n")
+    sys.stderr.flush()
+
+
+class _SocketEcho(_Echo):
+    """The output of a call, redacted as ``exec`` does, sent to the client instead of stdout."""
+
+    def __init__(self, redactor: Redactor, send: Send) -> None:
+        super().__init__(redactor)
+        self.send = send
+
+    def _write(self, text: str) -> None:
+        if text:
+            self.send({"o": text})
+            self.count += len(text)
+            self.tail = (self.tail + text)[-200:]
+
+
+def _keeps_session(exc: BaseException) -> bool:
+    """Whether the session is still worth keeping after a call failed with ``exc``."""
+    from remote_bash.errors import AuditError, CommandTimeout, PolicyDenied
+
+    return isinstance(exc, PolicyDenied | AuditError | CommandTimeout)
+
+
+class _Daemon:
+    def __init__(self, key: dict[str, Any], idle: float, path: Path) -> None:
+        self.key = key
+        self.idle = idle
+        self.path = path
+        self.ctx: _Context | None = None
+        self.inventory: Inventory | None = None
+        self.host: str = key["host"]
+        self.failure: BaseException | None = None
+        self.session: RemoteBashSession | None = None
+        self.redactor: Redactor | None = None
+        self.started = time.time()
+        self.last = time.time()
+        self.last_mono = time.monotonic()
+        self.busy = 0
+        self.done: asyncio.Event | None = None
+
+    def stop(self, why: str) -> None:
+        if self.done is not None and not self.done.is_set():
+            _log(why)
+            self.done.set()
+
+    async def serve(self, sock: socket.socket) -> None:
+        self.done = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, self.stop, "stopping on SIGTERM")
+        server = await asyncio.start_unix_server(self._client, sock=sock)
+        idle = asyncio.create_task(self._idle())
+        try:
+            await self.done.wait()
+        finally:
+            server.close()
+            idle.cancel()
+            if self.session is not None:
+                await self.session.close()  # stops what the session's commands left running
+
+    async def _idle(self) -> None:
+        while True:
+            remaining = self.last_mono + self.idle - time.monotonic()
+            if not self.busy and remaining <= 0:
+                self.stop(f"unused for {self.idle:g} s: closing the session")
+                return
+            await asyncio.sleep(min(max(remaining, 0.05), 1.0))
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        def send(message: dict[str, Any]) -> None:
+            if not writer.is_closing():
+                writer.write(json.dumps(message, ensure_ascii=False).encode() + b"\n")
+
+        try:
+            raw = writer.get_extra_info("socket").getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                             struct.calcsize("3i"))
+            pid, uid, _gid = struct.unpack("3i", raw)
+            if uid != os.geteuid():
+                _log(f"refused a connection from uid {uid} (pid {pid}): not the owner")
+                send({"e": f"{PROG}: refused: this kept session belongs to another user", "x": EXIT_ERROR})
+                # Closing with their request unread would reset the connection before they read why.
+                await writer.drain()
+                writer.write_eof()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(reader.read(1 << 16), 1.0)
+                return
+            line = await reader.readline()
+            try:
+                request = json.loads(line) if line else {}
+            except ValueError:
+                return
+            if request.get("v") != PROTOCOL:
+                send({"e": f"{PROG}: this kept session speaks another protocol: stop it with "
+                           f"'{PROG} sessions stop --all'", "x": EXIT_ERROR})
+            elif request.get("op") == "info":
+                send({"info": {"host": self.host or "(default)", "pid": os.getpid(), "started": self.started,
+                               "last": self.last, "busy": bool(self.busy), "idle_timeout": self.idle,
+                               "allow": self.key["allow"]}})
+            elif request.get("op") == "stop":
+                if self.session is not None:
+                    await self.session.close()
+                send({"stopped": True})
+                self.stop("stopped on request")
+            elif request.get("op") == "run":
+                await self._run(request, reader, send)
+            await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()
+
+    async def _run(self, request: dict[str, Any], reader: asyncio.StreamReader, send: Send) -> None:
+        if request.get("key") != self.key:
+            send({"e": f"{PROG}: this kept session was made under other options; nothing was run", "x": EXIT_ERROR})
+            return
+        if self.failure is not None:
+            self._fail(send, self.failure)
+            return
+        self.idle = float(request.get("idle") or self.idle)
+        self.busy += 1
+        try:
+            await self._call(request, reader, send)
+        finally:
+            self.busy -= 1
+            self.last, self.last_mono = time.time(), time.monotonic()
+
+    def _fail(self, send: Send, exc: BaseException) -> None:
+        from remote_bash.errors import RemoteBashError
+
+        from ._output import _NoApiKey, _UsageError
+
+        known = isinstance(exc, RemoteBashError | _UsageError | _NoApiKey)
+        message = str(exc) if known else f"internal error: {type(exc).__name__}: {exc}"
+        send({"e": f"{PROG}: {_one_line(message)}", "x": _exit_code(exc)})
+        if not _keeps_session(exc):
+            self.stop(f"the call failed ({type(exc).__name__}): closing the session")
+
+    async def _call(self, request: dict[str, Any], reader: asyncio.StreamReader, send: Send) -> None:
+        assert self.ctx is not None and self.inventory is not None
+        if self.session is None:
+            try:
+                self.session, self.redactor = await _session(self.ctx, self.inventory, self.host)
+            except Exception as exc:
+                self._fail(send, exc)
+                return
+        assert self.redactor is not None
+        as_json = bool(request.get("json"))
+        echo = _SocketEcho(self.redactor, send)
+        run = asyncio.create_task(self.session.run(str(request["command"]), request.get("timeout"),
+                                                   on_output=None if as_json else echo.feed))
+        # A line ("cancel": Ctrl-C) or the end of the connection (the client is gone) stops the call.
+        watch = asyncio.create_task(reader.readline())
+        result: CommandResult | None = None
+        try:
+            await asyncio.wait({run, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if not run.done():
+                run.cancel()
+            try:
+                result = await run
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise
+                echo.finish(None)
+                send({"e": f"{PROG}: interrupted", "x": EXIT_INTERRUPTED})
+                return
+            except Exception as exc:
+                echo.finish(None)
+                self._fail(send, exc)
+                return
+        finally:
+            watch.cancel()
+        if as_json:
+            send({"o": json.dumps({"host": self.host, **result.model_dump(mode="json")}, ensure_ascii=False) + "\n"})
+        else:
+            echo.finish(result)
+        status, line = _status_line(self.host, result)
+        send({"e": line, "x": status} if line is not None else {"x": status})
+
+
+def _bind(path: Path) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    previous = os.umask(0o177)  # owner-only from the moment it exists
+    try:
+        with _short(path) as address:
+            sock.bind(address)
+    finally:
+        os.umask(previous)
+    os.chmod(path, 0o600)  # in our 0700 directory: nobody else can have put a link there
+    sock.listen(64)
+    return sock
+
+
+def main() -> None:
+    """The background process's entry point; its one argument is the JSON the client passed."""
+    from ._app import _setup_logging
+
+    config = json.loads(sys.argv[1])
+    key: dict[str, Any] = config["key"]
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    _setup_logging(bool(config.get("debug")))
+    directory = private_dir(keep_dir(os.environ), what="kept sessions")
+    lock = open_private(directory / f"{config['name']}.lock", os.O_RDWR | os.O_CREAT, what="a kept session lock")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        sys.exit(0)  # another process serves this key: the client reaches that one
+    path = directory / f"{config['name']}.sock"
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()  # stale: whoever made it no longer holds the lock
+    sock = _bind(path)
+    inode = os.stat(path).st_ino
+    daemon = _Daemon(key, float(config["idle"]), path)
+    _log(f"serving {key['host'] or 'the default host'} on {path}")
+    args = argparse.Namespace(inventory=key["inventory"] or None, allow=key["allow"],
+                              audit_dir=key["audit_dir"] or None, debug=bool(config.get("debug")),
+                              host=key["host"] or None, json=False, timeout=None, words=None)
+    try:
+        with contextlib.ExitStack() as stack:
+            try:
+                daemon.ctx = _Context(args)
+                daemon.inventory = stack.enter_context(daemon.ctx.inventory())
+                daemon.host = _pick_host(daemon.inventory, args.host)
+            except Exception as exc:
+                daemon.failure = exc  # told to the client that asks, then the process ends
+            asyncio.run(daemon.serve(sock))
+    finally:
+        with contextlib.suppress(OSError):
+            if os.stat(path).st_ino == inode:
+                path.unlink()
+        _log("exited")
+        os.close(lock)

@@ -1,0 +1,292 @@
+"""Kept sessions (``exec --keep``, ``sessions``), run as a user runs them against real sshd hosts.
+
+Each test has its own HOME and XDG directories (so its own runtime directory, sockets and
+background processes); every background process a test starts is stopped at its end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from remote_bash.models import Host
+
+from .sshd import TestHosts, processes_with
+from .test_cli import CLI, audit_records, base_env, cli, host_entry, write_inventory
+
+
+@pytest.fixture(scope="module")
+def pair(hosts: TestHosts) -> tuple[Host, Host]:
+    return hosts.start("keep-a"), hosts.start("keep-b")
+
+
+@pytest.fixture
+def env(tmp_path: Path, pair: tuple[Host, Host]) -> Iterator[dict[str, str]]:
+    a, b = pair
+    inventory = write_inventory(tmp_path / "hosts.yaml", {
+        "keep-a": host_entry(a, redact=[r"token=\S+"]),
+        "keep-b": host_entry(b),
+        "guarded": host_entry(a, policy={"deny": [r"\btouch\b"]}),
+    })
+    env = {**base_env(tmp_path), "REMOTE_BASH_INVENTORY": str(inventory)}
+    yield env
+    cli(env, "sessions", "stop", "--all")
+    for pid in daemon_pids(env):
+        os.kill(pid, signal.SIGKILL)
+
+
+def daemon_pids(env: dict[str, str]) -> list[int]:
+    """Pids of this test's background processes (their command line names its state directory)."""
+    state = str(Path(env["XDG_STATE_HOME"]) / "remote-bash").encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes() if proc.name.isdigit() else b""
+        except OSError:
+            continue
+        if b"remote_bash.cli._keepd" in cmdline and state in cmdline:
+            pids.append(int(proc.name))
+    return pids
+
+
+def until(condition: Callable[[], object], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def sessions(env: dict[str, str]) -> list[dict[str, object]]:
+    out = cli(env, "sessions", "--json")
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+# -- state, output, status -------------------------------------------------------------------------------
+
+
+def test_state_persists_across_invocations(env: dict[str, str]) -> None:
+    first = cli(env, "exec", "--keep", "keep-a", "--", "cd /tmp && export KEPT=yes && f() { echo fn-$1; }; echo $$")
+    assert first.returncode == 0, first.stderr
+    second = cli(env, "exec", "--keep", "keep-a", "--", "pwd; echo $KEPT; f 7; echo $$")
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines() == ["/tmp", "yes", "fn-7", first.stdout.strip()]
+    plain = cli(env, "exec", "keep-a", "--", "echo ${KEPT:-unset}")
+    assert plain.stdout == "unset\n"  # plain exec still gets a session of its own
+    commands = [r["command"] for r in audit_records(env, "keep-a") if r["event"] == "exec.start"]
+    assert commands[:2] == ["cd /tmp && export KEPT=yes && f() { echo fn-$1; }; echo $$",
+                            "pwd; echo $KEPT; f 7; echo $$"]
+
+
+def test_output_status_redaction_and_json_behave_as_exec(env: dict[str, str], tmp_path: Path) -> None:
+    out = cli(env, "exec", "--keep", "keep-a", "--", "echo out; echo token=s3cr3t-value >&2; exit 3")
+    assert out.returncode == 3
+    assert "s3cr3t-value" not in out.stdout
+    assert out.stderr == ""
+    as_json = cli(env, "exec", "--keep", "--json", "keep-a", "--", "printf 'a\\nb\\n'; false")
+    assert as_json.returncode == 1
+    record = json.loads(as_json.stdout)
+    assert (record["host"], record["output"], record["exit_code"]) == ("keep-a", "a\nb\n", 1)
+    refused = cli(env, "exec", "--keep", "guarded", "--", f"touch /tmp/rb-keep-{uuid.uuid4().hex}")
+    assert refused.returncode == 126
+    assert len(refused.stderr.splitlines()) == 1
+    logs = list((Path(env["XDG_STATE_HOME"]) / "remote-bash" / "keep").glob("*.log"))
+    assert logs
+    for log in logs:
+        text = log.read_text()
+        assert "s3cr3t" not in text and "token" not in text and "touch" not in text
+        assert log.stat().st_mode & 0o777 == 0o600
+
+
+def test_unknown_host_is_refused_and_nothing_is_kept(env: dict[str, str]) -> None:
+    out = cli(env, "exec", "--keep", "no-such-host", "--", "true")
+    assert out.returncode == 127
+    assert len(out.stderr.splitlines()) == 1
+    assert "no-such-host" in out.stderr
+    until(lambda: not daemon_pids(env), "the background process of a refused host to exit")
+    assert sessions(env) == []
+
+
+def test_timeout_exits_124_and_the_session_is_kept(env: dict[str, str], hosts: TestHosts) -> None:
+    marker = str(uuid.uuid4().int)[:9]
+    assert cli(env, "exec", "--keep", "keep-a", "--", "export STAY=1").returncode == 0
+    out = cli(env, "exec", "--keep", "--timeout", "1", "keep-a", "--", f"echo begun; sleep 77.{marker}")
+    assert out.returncode == 124
+    assert out.stdout == "begun\n"
+    assert len(out.stderr.splitlines()) == 1
+    assert "keep-a" in out.stderr and "did not finish within 1 s" in out.stderr
+    assert processes_with(f"sleep 77.{marker}", hosts.user) == []
+    assert cli(env, "exec", "--keep", "keep-a", "--", "echo $STAY").stdout == "1\n"
+
+
+def test_ctrl_c_kills_the_remote_command_and_exits_130(env: dict[str, str], hosts: TestHosts) -> None:
+    marker = str(uuid.uuid4().int)[:9]
+    assert cli(env, "exec", "--keep", "keep-a", "--", "export STAY=2").returncode == 0
+    command = f"echo started; echo {'.' * 80}; sleep 88.{marker}"
+    proc = subprocess.Popen([*CLI, "exec", "--keep", "keep-a", "--", command], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "started\n"
+        until(lambda: processes_with(f"sleep 88.{marker}", hosts.user), "the command to start")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(20) == 130
+    finally:
+        proc.kill()
+        _, stderr = proc.communicate()
+    assert stderr.strip() == "remote-bash: interrupted"
+    assert processes_with(f"sleep 88.{marker}", hosts.user) == []
+    ends = [r for r in audit_records(env, "keep-a") if r["event"] == "exec.end" and marker in r["command"]]
+    assert len(ends) == 1 and ends[0]["interrupted"] is True
+    assert cli(env, "exec", "--keep", "keep-a", "--", "echo $STAY").stdout == "2\n"
+
+
+# -- the rules it was made under --------------------------------------------------------------------
+
+
+def test_other_allow_or_audit_dir_never_reuses_the_session(env: dict[str, str], tmp_path: Path) -> None:
+    assert cli(env, "--allow", "keep-a", "exec", "--keep", "keep-a", "--", "export MINE=1").returncode == 0
+    refused = cli(env, "--allow", "keep-b", "exec", "--keep", "keep-a", "--", "echo ${MINE:-fresh}")
+    assert refused.returncode == 127
+    assert "allowlist" in refused.stderr and refused.stdout == ""
+    other = cli(env, "--allow", "all", "exec", "--keep", "keep-a", "--", "echo ${MINE:-fresh}")
+    assert other.stdout == "fresh\n"
+    elsewhere = cli(env, "--audit-dir", str(tmp_path / "audit2"), "exec", "--keep", "keep-a", "--",
+                    "echo ${MINE:-fresh}")
+    assert elsewhere.stdout == "fresh\n"
+    assert list((tmp_path / "audit2").glob("keep-a*"))
+    same = cli(env, "--allow", "keep-a", "exec", "--keep", "keep-a", "--", "echo ${MINE:-fresh}")
+    assert same.stdout == "1\n"
+    assert len({s["pid"] for s in sessions(env)}) == 3
+
+
+# -- listing, stopping, idling ----------------------------------------------------------------------
+
+
+def test_sessions_lists_and_stop_stops(env: dict[str, str], hosts: TestHosts) -> None:
+    marker = str(uuid.uuid4().int)[:9]
+    assert cli(env, "exec", "--keep", "keep-a", "--", f"sleep 66.{marker} &").returncode == 0
+    assert cli(env, "exec", "--keep", "keep-b", "--", "true").returncode == 0
+    listed = sessions(env)
+    assert sorted(s["host"] for s in listed) == ["keep-a", "keep-b"]
+    table = cli(env, "sessions")
+    assert table.stdout.splitlines()[0].split() == ["HOST", "AGE", "IDLE", "PID", "SOCKET"]
+    for s in listed:
+        mode = os.stat(str(s["socket"])).st_mode & 0o777
+        assert mode == 0o600
+        assert os.stat(Path(str(s["socket"])).parent).st_mode & 0o777 == 0o700
+    stopped = cli(env, "sessions", "stop", "keep-a")
+    assert stopped.returncode == 0 and "keep-a" in stopped.stdout
+    assert [s["host"] for s in sessions(env)] == ["keep-b"]
+    until(lambda: not processes_with(f"sleep 66.{marker}", hosts.user), "the kept session's leftovers to stop")
+    assert cli(env, "sessions", "stop", "keep-a").returncode == 1
+    assert cli(env, "sessions", "stop", "--all").returncode == 0
+    assert sessions(env) == []
+    until(lambda: not daemon_pids(env), "the background processes to exit")
+
+
+def test_idle_timeout_ends_the_process_and_what_it_left_running(env: dict[str, str], hosts: TestHosts) -> None:
+    marker = str(uuid.uuid4().int)[:9]
+    out = cli(env, "exec", "--keep-idle", "1", "keep-a", "--", f"sleep 55.{marker} & echo ok")
+    assert out.stdout == "ok\n", out.stderr
+    until(lambda: not daemon_pids(env), "the idle background process to exit")
+    until(lambda: not processes_with(f"sleep 55.{marker}", hosts.user), "the idle session's leftovers to stop")
+    assert sessions(env) == []
+
+
+def test_the_setting_keeps_every_exec_and_no_keep_overrides(env: dict[str, str]) -> None:
+    kept = {**env, "REMOTE_BASH_KEEP": "60"}
+    assert cli(kept, "exec", "keep-a", "--", "export S=1").returncode == 0
+    assert cli(kept, "exec", "keep-a", "--", "echo ${S:-none}").stdout == "1\n"
+    assert cli(kept, "exec", "--no-keep", "keep-a", "--", "echo ${S:-none}").stdout == "none\n"
+    bad = cli({**env, "REMOTE_BASH_KEEP": "soon"}, "exec", "keep-a", "--", "true")
+    assert bad.returncode == 2 and "REMOTE_BASH_KEEP" in bad.stderr
+
+
+# -- the client stays small; failures are clear ------------------------------------------------------
+
+
+def test_a_kept_call_imports_no_ssh_stack_nor_models(env: dict[str, str]) -> None:
+    assert cli(env, "exec", "--keep", "keep-a", "--", "true").returncode == 0
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "remote_bash.cli", "exec", "--keep", "keep-a",
+                          "--", "echo light"], env=env, capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL)
+    assert out.stdout == "light\n"
+    imported = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if "|" in line}
+    assert "remote_bash.cli._keep" in imported
+    heavy = {name for name in imported if name.split(".")[0] in ("asyncssh", "pydantic", "yaml", "anthropic")}
+    assert not heavy
+    assert not {"remote_bash.models", "remote_bash.session", "remote_bash.inventory"} & imported
+
+
+def test_death_mid_call_is_a_clear_error_and_nothing_is_run_again(env: dict[str, str], tmp_path: Path) -> None:
+    assert cli(env, "exec", "--keep", "keep-a", "--", "true").returncode == 0
+    (pid,) = daemon_pids(env)
+    counter = f"/tmp/rb-keep-count-{uuid.uuid4().hex}"
+    proc = subprocess.Popen([*CLI, "exec", "--keep", "keep-a", "--", f"echo x >> {counter}; echo go; sleep 30"],
+                            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "go\n"
+        os.kill(pid, signal.SIGKILL)
+        _, stderr = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 125
+    assert len(stderr.splitlines()) == 1
+    assert "keep-a" in stderr and "ended during the call" in stderr and "not run again" in stderr
+    assert Path(counter).read_text() == "x\n"
+    # The stale socket is replaced: the next call works (in a fresh session).
+    again = cli(env, "exec", "--keep", "keep-a", "--", "echo back")
+    assert (again.returncode, again.stdout) == (0, "back\n")
+    os.unlink(counter)
+
+
+# The other user cannot run an interpreter under /root: the system's, with the standard library only.
+OTHER_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "/usr/bin/python3"
+
+
+def test_another_user_cannot_use_the_socket(env: dict[str, str], hosts: TestHosts) -> None:
+    assert cli(env, "exec", "--keep", "keep-a", "--", "export OWN=1").returncode == 0
+    (info,) = sessions(env)
+    socket_path = str(info["socket"])
+    probe = ("import json, socket, sys\n"
+             "s = socket.socket(socket.AF_UNIX)\n"
+             "try:\n"
+             "    s.connect(sys.argv[1])\n"
+             "except OSError as e:\n"
+             "    print('connect:', type(e).__name__); sys.exit(0)\n"
+             "s.sendall(json.dumps({'v': 1, 'op': 'run', 'command': 'echo $OWN'}).encode() + b'\\n')\n"
+             "print('reply:', s.makefile().read())\n")
+    # Through a path the other user can reach: the socket's own mode (0600) keeps them out, and with
+    # it opened up, the process refuses them by the peer's uid.
+    public = Path(tempfile.mkdtemp(prefix="rb-keep-link-"))
+    try:
+        public.chmod(0o755)
+        os.link(socket_path, public / "s")
+        as_other = subprocess.run([OTHER_PYTHON, "-I", "-c", probe, str(public / "s")], user=hosts.user,
+                                  capture_output=True, text=True, timeout=30, cwd="/")
+        assert as_other.stdout == "connect: PermissionError\n", as_other
+        os.chmod(public / "s", 0o666)  # noqa: S103 -- the misconfiguration the uid check must survive
+        as_other = subprocess.run([OTHER_PYTHON, "-I", "-c", probe, str(public / "s")], user=hosts.user,
+                                  capture_output=True, text=True, timeout=30, cwd="/")
+    finally:
+        os.chmod(socket_path, 0o600)
+        shutil.rmtree(public)
+    assert as_other.stdout.startswith("reply:"), as_other
+    assert "refused" in as_other.stdout and "OWN" not in as_other.stdout and '"o"' not in as_other.stdout
+    assert cli(env, "exec", "--keep", "keep-a", "--", "echo $OWN").stdout == "1\n"
