@@ -292,14 +292,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         words, after = words[:cut], words[cut + 1 :]
     args = _parser().parse_args(words)
     args.words = after
-    _setup_logging(args.debug)
     try:
         if args.handler == "_exec:_cmd_exec":
-            # A kept session answers without the SSH stack, pydantic or the models being imported here.
+            # A kept session answers without the SSH stack, pydantic, the models or logging loaded here.
             from . import _keep
 
             if _keep.wanted(args, os.environ):
                 return _keep.exec_kept(args)
+        _setup_logging(args.debug)
         from ._context import _Context
 
         ctx = _Context(args)

@@ -20,14 +20,14 @@ invocation under other rules gets its own background process, never another one'
 
 from __future__ import annotations
 
+import _socket
 import contextlib
-import hashlib
 import json
 import os
 import signal
-import socket
 import sys
 import time
+import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -82,7 +82,10 @@ def session_key(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, s
 
 
 def key_name(key: Mapping[str, str | None]) -> str:
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
+    """The key's file name. Two checksums, not hashlib: loading OpenSSL would cost more than the rest
+    of the client; a collision could only get a refusal, since the process compares the whole key."""
+    data = json.dumps(key, sort_keys=True).encode()
+    return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
 
 
 def idle_timeout(args: argparse.Namespace, env: Mapping[str, str]) -> float:
@@ -129,9 +132,12 @@ def _short(path: Path) -> Iterator[str]:
         os.close(fd)
 
 
-def connect(path: Path, timeout: float | None = None) -> socket.socket | None:
-    """A connection to the socket at ``path``, or None when nothing listens there."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+def connect(path: Path, timeout: float | None = None) -> _socket.socket | None:
+    """A connection to the socket at ``path``, or None when nothing listens there.
+
+    ``_socket`` rather than ``socket``: the wrapper module turns its constants into enums at import,
+    which costs a kept call more than its round trip."""
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
     sock.settimeout(timeout)
     try:
         with _short(path) as name:
@@ -145,13 +151,19 @@ def connect(path: Path, timeout: float | None = None) -> socket.socket | None:
     return sock
 
 
-def _send(sock: socket.socket, message: Mapping[str, Any]) -> None:
+def _send(sock: _socket.socket, message: Mapping[str, Any]) -> None:
     sock.sendall(json.dumps(message).encode() + b"\n")
 
 
-def _replies(sock: socket.socket) -> Iterator[dict[str, Any]]:
-    with sock.makefile("rb") as stream:
-        for line in stream:
+def _replies(sock: _socket.socket) -> Iterator[dict[str, Any]]:
+    pending = b""
+    while True:
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            return
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
             yield json.loads(line)
 
 
@@ -176,7 +188,7 @@ def _start(key: dict[str, str | None], name: str, idle: float, env: Mapping[str,
 
 
 def _reach(key: dict[str, str | None], name: str, idle: float, env: Mapping[str, str], debug: bool,
-           ) -> socket.socket:
+           ) -> _socket.socket:
     """A connection to the kept session of ``key``, starting its background process if none listens."""
     directory = private_dir(keep_dir(env), what="kept sessions")
     path = directory / f"{name}.sock"
