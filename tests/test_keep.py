@@ -173,6 +173,19 @@ def test_other_allow_or_audit_dir_never_reuses_the_session(env: dict[str, str], 
     assert len({s["pid"] for s in sessions(env)}) == 3
 
 
+def test_a_changed_inventory_gets_a_fresh_session_under_its_rules(env: dict[str, str], pair: tuple[Host, Host],
+                                                                   tmp_path: Path) -> None:
+    assert cli(env, "exec", "--keep", "keep-a", "--", "export OLD=1").returncode == 0
+    guarded = host_entry(pair[0], policy={"deny": [r"\btouch\b"]})
+    write_inventory(Path(env["REMOTE_BASH_INVENTORY"]), {"keep-a": guarded})
+    marker = Path(f"/tmp/rb-keep-policy-{uuid.uuid4().hex}")
+    refused = cli(env, "exec", "--keep", "keep-a", "--", f"touch {marker}")
+    assert refused.returncode == 126, refused.stderr
+    assert not marker.exists()
+    assert cli(env, "exec", "--keep", "keep-a", "--", "echo ${OLD:-fresh}").stdout == "fresh\n"
+    assert len(sessions(env)) == 1
+
+
 # -- listing, stopping, idling ----------------------------------------------------------------------
 
 

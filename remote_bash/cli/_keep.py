@@ -203,7 +203,9 @@ def _reach(key: dict[str, str | None], name: str, idle: float, env: Mapping[str,
         if sock is not None:
             return sock
         status = proc.poll()
-        if status not in (None, 0):  # 0: another client's process won the race and will listen
+        if status == 0:  # another process held the key; if it has gone since, start one again
+            proc = _start(key, name, idle, env, debug)
+        elif status is not None:
             raise KeptSessionError(f"the kept session's background process exited at start (status {status}); "
                                    f"see {log_dir(env) / (name + '.log')}", host=key["host"] or None)
         time.sleep(pause)
@@ -237,13 +239,11 @@ def exec_kept(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> 
             _send(sock, {"op": "cancel"})
 
     previous = signal.signal(signal.SIGINT, interrupt)
+    request = {"v": PROTOCOL, "op": "run", "key": key, "command": " ".join(words), "timeout": args.timeout,
+               "json": bool(args.json), "idle": idle}
+    restarts = 0
     try:
-        try:
-            _send(sock, {"v": PROTOCOL, "op": "run", "key": key, "command": " ".join(words),
-                         "timeout": args.timeout, "json": bool(args.json), "idle": idle})
-        except OSError as exc:
-            raise _died(host, env, name, f"({exc.strerror or exc})") from exc
-        replies = _replies(sock)
+        replies = _request(sock, request, host, env, name)
         while True:
             try:
                 reply = next(replies, None)
@@ -251,6 +251,13 @@ def exec_kept(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> 
                 raise _died(host, env, name, f"({exc})") from exc
             if reply is None:
                 raise _died(host, env, name, "")
+            if "stale" in reply and not interrupted and restarts < 3:
+                restarts += 1
+                # Nothing was run: the process closed its session; a fresh one serves the call.
+                sock.close()
+                sock = _reach(key, name, idle, env, args.debug)
+                replies = _request(sock, request, host, env, name)
+                continue
             if "o" in reply:
                 _out(reply["o"])
             if "e" in reply:
@@ -264,6 +271,15 @@ def exec_kept(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> 
     finally:
         signal.signal(signal.SIGINT, previous)
         sock.close()
+
+
+def _request(sock: _socket.socket, request: Mapping[str, Any], host: str, env: Mapping[str, str],
+             name: str) -> Iterator[dict[str, Any]]:
+    try:
+        _send(sock, request)
+    except OSError as exc:
+        raise _died(host, env, name, f"({exc.strerror or exc})") from exc
+    return _replies(sock)
 
 
 def _died(host: str, env: Mapping[str, str], name: str, detail: str) -> KeptSessionError:

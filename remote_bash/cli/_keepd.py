@@ -90,6 +90,8 @@ class _Daemon:
         self.last_mono = time.monotonic()
         self.busy = 0
         self.done: asyncio.Event | None = None
+        self.inventory_file: Path | None = None
+        self.fingerprint: tuple[int, int, int] | None = None
 
     def stop(self, why: str) -> None:
         if self.done is not None and not self.done.is_set():
@@ -170,6 +172,11 @@ class _Daemon:
         if self.failure is not None:
             self._fail(send, self.failure)
             return
+        if _fingerprint(self.inventory_file) != self.fingerprint:
+            # Its rules may have changed: a session made under the old ones must not serve the call.
+            send({"stale": "the inventory changed since this kept session started"})
+            self.stop("the inventory changed: closing the session")
+            return
         self.idle = float(request.get("idle") or self.idle)
         self.busy += 1
         try:
@@ -245,6 +252,37 @@ def _bind(path: Path) -> socket.socket:
     return sock
 
 
+def _take(lock: int, path: Path) -> bool:
+    """Take the key's lock; False when another process holds it and serves. A holder that does not
+    serve is starting or exiting (closing its session): wait for it, within a bound."""
+    from ._keep import connect
+
+    deadline = time.monotonic() + 30.0
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            pass
+        sock = connect(path, 5.0)
+        if sock is not None:
+            sock.close()
+            return False
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
+def _fingerprint(path: Path | None) -> tuple[int, int, int] | None:
+    if path is None:
+        return None
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_ino, info.st_size, info.st_mtime_ns
+
+
 def main() -> None:
     """The background process's entry point; its one argument is the JSON the client passed."""
     from ._app import _setup_logging
@@ -253,14 +291,12 @@ def main() -> None:
     key: dict[str, Any] = config["key"]
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    _setup_logging(bool(config.get("debug")))
+    _setup_logging(False)  # never debug: the log must not hold commands or what they print
     directory = private_dir(keep_dir(os.environ), what="kept sessions")
     lock = open_private(directory / f"{config['name']}.lock", os.O_RDWR | os.O_CREAT, what="a kept session lock")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        sys.exit(0)  # another process serves this key: the client reaches that one
     path = directory / f"{config['name']}.sock"
+    if not _take(lock, path):
+        sys.exit(0)  # another process serves this key: the client reaches that one
     with contextlib.suppress(FileNotFoundError):
         path.unlink()  # stale: whoever made it no longer holds the lock
     sock = _bind(path)
@@ -274,6 +310,8 @@ def main() -> None:
         with contextlib.ExitStack() as stack:
             try:
                 daemon.ctx = _Context(args)
+                daemon.inventory_file = daemon.ctx.inventory_path()
+                daemon.fingerprint = _fingerprint(daemon.inventory_file)
                 daemon.inventory = stack.enter_context(daemon.ctx.inventory())
                 daemon.host = _pick_host(daemon.inventory, args.host)
             except Exception as exc:
