@@ -37,6 +37,26 @@ def _timed(command: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - t
 
 
+def _in_process(env: dict[str, str], calls: int) -> float:
+    """Median of the command line's ``main()`` for a kept call, in this process: parsing, the socket
+    round trip, the call (and its audit records) in the background process."""
+    from remote_bash.cli import main as cli_main
+
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        times = []
+        for _ in range(calls):
+            t = time.perf_counter()
+            assert cli_main(["exec", "--keep", "bench", "--", "true"]) == 0
+            times.append(time.perf_counter() - t)
+        return statistics.median(times)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
@@ -105,6 +125,8 @@ def main() -> None:
             ratios = [m / rm for m, rm in zip(medians[name], medians[reference], strict=True)]
             print(f"  {name:<{width}}  {value * 1000:7.1f} ms  {value / ref:5.2f}x  "
                   f"(rounds {min(ratios):.2f}-{max(ratios):.2f}x)")
+        inside = _in_process(env, args.calls * 5)
+        print(f"exec --keep's main() in-process (no interpreter start): {inside * 1000:.1f} ms")
         own = statistics.median(k - p for k, p in zip(medians[names[1]], medians[names[3]], strict=True))
         print(f"\nexec --keep beyond the interpreter's start (client, socket round trip, the call itself): "
               f"{own * 1000:.1f} ms")
