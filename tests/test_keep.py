@@ -263,6 +263,7 @@ def test_death_mid_call_is_a_clear_error_and_nothing_is_run_again(env: dict[str,
     assert len(stderr.splitlines()) == 1
     assert "keep-a" in stderr and "ended during the call" in stderr and "not run again" in stderr
     assert Path(counter).read_text() == "x\n"
+    assert sessions(env) == []  # the dead process's socket is found stale and removed
     # The stale socket is replaced: the next call works (in a fresh session).
     again = cli(env, "exec", "--keep", "keep-a", "--", "echo back")
     assert (again.returncode, again.stdout) == (0, "back\n")
@@ -271,6 +272,15 @@ def test_death_mid_call_is_a_clear_error_and_nothing_is_run_again(env: dict[str,
 
 # The other user cannot run an interpreter under /root: the system's, with the standard library only.
 OTHER_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "/usr/bin/python3"
+
+
+def test_a_broken_inventory_is_one_line_and_nothing_is_kept(env: dict[str, str], tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("hosts: [unclosed\n")
+    out = cli({**env, "REMOTE_BASH_INVENTORY": str(broken)}, "exec", "--keep", "keep-a", "--", "true")
+    assert out.returncode == 125, out.stderr
+    assert len(out.stderr.splitlines()) == 1 and "broken.yaml" in out.stderr
+    until(lambda: not daemon_pids(env), "the background process to exit")
 
 
 def test_another_user_cannot_use_the_socket(env: dict[str, str], hosts: TestHosts) -> None:
