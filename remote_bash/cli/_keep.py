@@ -253,8 +253,9 @@ def exec_kept(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> 
                 raise _died(host, env, name, "")
             if "stale" in reply and not interrupted and restarts < 3:
                 restarts += 1
-                # Nothing was run: the process closed its session; a fresh one serves the call.
+                # Nothing was run: the process is closing its session; a fresh one serves the call.
                 sock.close()
+                _wait_exit(int(reply.get("pid") or 0))
                 sock = _reach(key, name, idle, env, args.debug)
                 replies = _request(sock, request, host, env, name)
                 continue
@@ -271,6 +272,17 @@ def exec_kept(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> 
     finally:
         signal.signal(signal.SIGINT, previous)
         sock.close()
+
+
+def _wait_exit(pid: int) -> None:
+    """Wait (within START_WAIT) for the process ``pid`` to end: it still holds the key's lock."""
+    deadline = time.monotonic() + START_WAIT
+    while pid > 0 and time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
 
 
 def _request(sock: _socket.socket, request: Mapping[str, Any], host: str, env: Mapping[str, str],

@@ -91,6 +91,7 @@ class _Daemon:
         self.busy = 0
         self.done: asyncio.Event | None = None
         self.inventory_file: Path | None = None
+        self.inode = 0
         self.fingerprint: tuple[int, int, int] | None = None
 
     def stop(self, why: str) -> None:
@@ -107,6 +108,10 @@ class _Daemon:
         try:
             await self.done.wait()
         finally:
+            # No new client can find it; those already queued get "closing" (nothing run) and go
+            # on to a fresh process, rather than a reset connection.
+            _unlink(self.path, self.inode)
+            await asyncio.sleep(0.2)
             server.close()
             idle.cancel()
             if self.session is not None:
@@ -166,6 +171,9 @@ class _Daemon:
                 await writer.wait_closed()
 
     async def _run(self, request: dict[str, Any], reader: asyncio.StreamReader, send: Send) -> None:
+        if self.done is not None and self.done.is_set():
+            send({"stale": "this kept session is closing", "pid": os.getpid()})
+            return
         if request.get("key") != self.key:
             send({"e": f"{PROG}: this kept session was made under other options; nothing was run", "x": EXIT_ERROR})
             return
@@ -174,7 +182,7 @@ class _Daemon:
             return
         if _fingerprint(self.inventory_file) != self.fingerprint:
             # Its rules may have changed: a session made under the old ones must not serve the call.
-            send({"stale": "the inventory changed since this kept session started"})
+            send({"stale": "the inventory changed since this kept session started", "pid": os.getpid()})
             self.stop("the inventory changed: closing the session")
             return
         self.idle = float(request.get("idle") or self.idle)
@@ -252,6 +260,13 @@ def _bind(path: Path) -> socket.socket:
     return sock
 
 
+def _unlink(path: Path, inode: int) -> None:
+    """Remove the socket at ``path`` if it is still this process's."""
+    with contextlib.suppress(OSError):
+        if os.stat(path).st_ino == inode:
+            path.unlink()
+
+
 def _take(lock: int, path: Path) -> bool:
     """Take the key's lock; False when another process holds it and serves. A holder that does not
     serve is starting or exiting (closing its session): wait for it, within a bound."""
@@ -302,6 +317,7 @@ def main() -> None:
     sock = _bind(path)
     inode = os.stat(path).st_ino
     daemon = _Daemon(key, float(config["idle"]), path)
+    daemon.inode = inode
     _log(f"serving {key['host'] or 'the default host'} on {path}")
     args = argparse.Namespace(inventory=key["inventory"] or None, allow=key["allow"],
                               audit_dir=key["audit_dir"] or None, debug=bool(config.get("debug")),
@@ -318,8 +334,6 @@ def main() -> None:
                 daemon.failure = exc  # told to the client that asks, then the process ends
             asyncio.run(daemon.serve(sock))
     finally:
-        with contextlib.suppress(OSError):
-            if os.stat(path).st_ino == inode:
-                path.unlink()
+        _unlink(path, inode)
         _log("exited")
         os.close(lock)
