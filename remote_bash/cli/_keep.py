@@ -78,6 +78,11 @@ def session_key(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, s
         "allow": args.allow,
         "audit_dir": _absolute(args.audit_dir or env.get("REMOTE_BASH_AUDIT_DIR")),
         "default_audit_dir": str(state_dir(env)),
+        # With no inventory, the built-in sandbox host: how it runs is part of the rules too.
+        "backend": getattr(args, "backend", None),
+        "image": getattr(args, "image", None),
+        "sandbox_setting": env.get("REMOTE_BASH_SANDBOX"),
+        "engine_setting": env.get("REMOTE_BASH_ENGINE"),
     }
 
 

@@ -321,7 +321,8 @@ def main() -> None:
     _log(f"serving {key['host'] or 'the default host'} on {path}")
     args = argparse.Namespace(inventory=key["inventory"] or None, allow=key["allow"],
                               audit_dir=key["audit_dir"] or None, debug=bool(config.get("debug")),
-                              host=key["host"] or None, json=False, timeout=None, words=None)
+                              host=key["host"] or None, json=False, timeout=None, words=None,
+                              backend=key.get("backend"), image=key.get("image"))
     try:
         with contextlib.ExitStack() as stack:
             try:
