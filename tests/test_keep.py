@@ -206,6 +206,9 @@ def test_sessions_lists_and_stop_stops(env: dict[str, str], hosts: TestHosts) ->
     assert [s["host"] for s in sessions(env)] == ["keep-b"]
     until(lambda: not processes_with(f"sleep 66.{marker}", hosts.user), "the kept session's leftovers to stop")
     assert cli(env, "sessions", "stop", "keep-a").returncode == 1
+    assert cli(env, "sessions", "stop").returncode == 2  # neither a host nor --all
+    helped = cli(env, "sessions", "--help")
+    assert helped.returncode == 0 and "example:" in helped.stdout and "sessions stop --all" in helped.stdout
     assert cli(env, "sessions", "stop", "--all").returncode == 0
     assert sessions(env) == []
     until(lambda: not daemon_pids(env), "the background processes to exit")
