@@ -6,12 +6,19 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from remote_bash.models import Host
 from remote_bash.session import RemoteBashSession
 
 from .messages_server import MessagesServer
 from .sshd import TestHosts, make_test_hosts
+
+# On CI the property tests draw the same examples every run, with no per-example deadline, so a
+# loaded machine cannot turn them red by chance; elsewhere they keep exploring new examples.
+settings.register_profile("ci", derandomize=True, deadline=None)
+settings.register_profile("dev", deadline=None)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 # The fixtures users get for their own tests (remote_host, remote_session), proven here daily;
 # pytester to run a user's test file; the engine and image fixtures of the docker tests.
