@@ -130,6 +130,24 @@ class SessionHub:
             self._last_used[host.name] = time.monotonic()
         return HubResult(str(block["content"]), bool(block["is_error"]))
 
+    async def edit(self, name: str | None, tool_input: Mapping[str, Any], *, tool_use_id: str | None,
+                   approver: Approver | None = None) -> HubResult:
+        """One text editor call on host ``name``: the same text and error flag as :class:`EditTool`."""
+        from .tools.edit import EditTool
+
+        try:
+            host = self.resolve(name)
+        except (SelectionError, HostNotAllowed) as exc:
+            return HubResult(f"Error: {exc.message}", True)
+        session = await self.session(host.name)
+        self._busy[host.name] = self._busy.get(host.name, 0) + 1
+        try:
+            block = await EditTool(session, approver=approver).run(tool_input, tool_use_id=tool_use_id)
+        finally:
+            self._busy[host.name] -= 1
+            self._last_used[host.name] = time.monotonic()
+        return HubResult(str(block["content"]), bool(block["is_error"]))
+
     async def close_idle(self) -> list[str]:
         """Close sessions unused for ``idle_timeout`` seconds; the names closed."""
         now = time.monotonic()

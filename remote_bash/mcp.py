@@ -2,9 +2,10 @@
 
 The only module that imports the MCP SDK. It exposes the hub's hosts as three tools: ``bash``
 (one persistent session per host for the life of the server, the same text and error flag Claude
-gets from :class:`~remote_bash.tool.BashTool`), ``hosts`` (what may be reached) and, when the
-editor tool is available, ``edit``. Everything else (the gate, the policy, redaction, limits, the
-audit log) is the session's, unchanged; audit records written during a call name the client.
+gets from :class:`~remote_bash.tool.BashTool`), ``edit`` (the text editor tool on the same host and
+connection, as :class:`~remote_bash.tools.edit.EditTool`) and ``hosts`` (what may be reached).
+Everything else (the gate, the policy, redaction, limits, the audit log) is the session's,
+unchanged; audit records written during a call name the client.
 
 A command the host's ``approve`` rules name is asked about through the client (MCP elicitation:
 in-call on handshake-era connections, as an input-required round on 2026-era ones) and refused,
@@ -35,6 +36,7 @@ from .approval import Approval, Grants, Need, approval_needed
 from .errors import RemoteBashError
 from .hub import CLIENT, SessionHub
 from .models import Host
+from .tools.edit import approval_text
 
 __all__ = ["build_server", "serve_http", "serve_stdio"]
 
@@ -52,6 +54,13 @@ BASH_DESCRIPTION = (
     "very long output is cut in the middle. A command that outruns its timeout is killed on the host and "
     "the session stays usable. Set restart=true to get a fresh shell. Some commands need a person's "
     "approval before they run; a refusal says why. Call the hosts tool to see which hosts can be used."
+)
+EDIT_DESCRIPTION = (
+    "View, create and edit text files on a remote host, on the same host and connection as the bash "
+    "tool. view shows a file's lines numbered (or a directory two levels deep); create writes a new file "
+    "(never over an existing one); str_replace replaces one exact, unique occurrence of old_str; insert "
+    "adds text after a line. Paths are absolute. Writes are atomic and keep the file's mode, owner, line "
+    "endings and final newline. Prefer it to sed -i or heredocs. Some writes need a person's approval."
 )
 HOSTS_DESCRIPTION = (
     "List the hosts this server may reach: name, address, user, groups and labels. An optional host "
@@ -96,28 +105,26 @@ def build_server(hub: SessionHub, *, approve: bool = True, approve_timeout: floa
     server: MCPServer[Any] = MCPServer(name, instructions=BASH_DESCRIPTION, lifespan=lifespan, log_level="WARNING")
     logging.getLogger("asyncssh").setLevel(logging.WARNING)
 
-    async def approval(ctx: Context, command: str | None = None, host: str | None = None,
-                       restart: bool | None = None) -> Any:
-        """Decides, before the tool body runs, whether a person must be asked, and asks."""
-        if restart or not isinstance(command, str):
-            return None
+    async def ask(ctx: Context, host: str | None, text: str) -> Any:
+        """Whether a person must be asked about ``text`` on ``host`` (the rules read shell text), and
+        the asking: an :class:`Approval`, an ``Elicit`` for a later round, or None (no question)."""
         try:
             target = hub.resolve(host)
         except RemoteBashError:
             return None  # the tool body reports it
-        need = approval_needed(command, target)
+        need = approval_needed(text, target)
         if need is None:
             return None
         client = _client_name(ctx)
         if not settings.approve:
             return Approval(True, "all", by="operator (--no-approve)")
-        if settings.grants.covers(target.name, command):
+        if settings.grants.covers(target.name, text):
             return Approval(True, "granted", by=client)
         caps = ctx.client_capabilities
         if caps is None or caps.elicitation is None:
             return Approval(False, "unavailable", reason=f"the MCP client ({client}) cannot ask a person "
                                                          "(it does not support elicitation)")
-        message = _question(target, command, need)
+        message = _question(target, text, need)
         if ctx.protocol_version in _modern_versions():
             return Elicit(message, ApprovalForm)  # answered in a later round of the same call
         with anyio.move_on_after(settings.approve_timeout):
@@ -125,8 +132,23 @@ def build_server(hub: SessionHub, *, approve: bool = True, approve_timeout: floa
                 answer = await ctx.elicit(message, ApprovalForm)
             except Exception as exc:  # the client failed to ask: fail closed, saying so
                 return Approval(False, "unavailable", reason=f"the client could not ask ({exc})")
-            return _to_approval(answer, client, settings, target.name, command)
+            return _to_approval(answer, client, settings, target.name, text)
         return Approval(False, "timeout", reason=f"nobody answered within {settings.approve_timeout:g} s")
+
+    async def approval(ctx: Context, command: str | None = None, host: str | None = None,
+                       restart: bool | None = None) -> Any:
+        """Decides, before the bash tool's body runs, whether a person must be asked, and asks."""
+        if restart or not isinstance(command, str):
+            return None
+        return await ask(ctx, host, command)
+
+    async def edit_approval(ctx: Context, command: str | None = None, path: str | None = None,
+                            host: str | None = None) -> Any:
+        """The same for an edit: a write is put to the rules as the shell text of what it does."""
+        if not isinstance(command, str) or not isinstance(path, str):
+            return None
+        text = approval_text({"command": command, "path": path})
+        return None if text is None else await ask(ctx, host, text)
 
     @server.tool(name="bash", description=BASH_DESCRIPTION)
     async def bash(
@@ -188,6 +210,53 @@ def build_server(hub: SessionHub, *, approve: bool = True, approve_timeout: floa
                  "jump": h.jump} for h in chosen]
         text = json.dumps(rows, ensure_ascii=False, indent=1) if rows else "No selectable host matches."
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=False)
+
+    @server.tool(name="edit", description=EDIT_DESCRIPTION)
+    async def edit(
+        ctx: Context,
+        asked: Annotated[ElicitationResult[Any], Resolve(edit_approval)],
+        command: Annotated[Literal["view", "create", "str_replace", "insert"], Field(
+            description="view a file or directory, create a new file, replace one exact occurrence of "
+                        "old_str, or insert text after a line")],
+        path: Annotated[str, Field(description="An absolute path on the host")],
+        host: Annotated[str | None, Field(
+            description="The host (a name from the hosts tool); may be left out when only one host is "
+                        "selectable")] = None,
+        file_text: Annotated[str | None, Field(description="create: the whole content of the new file")] = None,
+        old_str: Annotated[str | None, Field(
+            description="str_replace: the exact text to replace; it must occur exactly once")] = None,
+        new_str: Annotated[str | None, Field(description="str_replace: the text that replaces old_str")] = None,
+        insert_line: Annotated[int | None, Field(
+            description="insert: the line after which to insert (0: before the first line)", ge=0)] = None,
+        insert_text: Annotated[str | None, Field(description="insert: the text to insert")] = None,
+        view_range: Annotated[list[int] | None, Field(
+            description="view: [first, last] line, 1-based; last -1 means to the end", min_length=2,
+            max_length=2)] = None,
+    ) -> types.CallToolResult:
+        client = _client_name(ctx)
+        CLIENT.set(client)
+        tool_input: dict[str, Any] = {"command": command, "path": path}
+        for key, value in (("file_text", file_text), ("old_str", old_str), ("new_str", new_str),
+                           ("insert_line", insert_line), ("insert_text", insert_text), ("view_range", view_range)):
+            if value is not None:
+                tool_input[key] = value
+        said = approval_text(tool_input)
+        decided = _decision(asked, client, settings, host, said, hub)
+
+        async def approver(target: Host, text: str, need: Need) -> Approval:
+            return decided or Approval(False, "unavailable", reason="no answer was recorded")
+
+        call = asyncio.ensure_future(hub.edit(host, tool_input, tool_use_id=f"mcp-{ctx.request_id}",
+                                              approver=approver))
+        try:
+            result = await asyncio.shield(call)
+        except asyncio.CancelledError:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_KILL_WAIT), \
+                    contextlib.suppress(BaseException):
+                await call  # an edit is short and atomic: let it finish and write its records
+            raise
+        return types.CallToolResult(content=[types.TextContent(type="text", text=result.text)],
+                                    is_error=result.is_error)
 
     return server
 

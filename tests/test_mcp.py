@@ -52,6 +52,7 @@ def lab(hosts: TestHosts, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         "mcp-a": _host_entry(a, redact=["tok-[0-9]+"]),
         "mcp-b": _host_entry(b, labels={"env": "production"}),
         "mcp-c": {"hostname": "127.0.0.1", "port": listener.getsockname()[1]},
+        "mcp-w": _host_entry(a, approve=[{"writes_outside": ["/srv"]}]),
     }}))
     try:
         yield {"inventory": inventory, "root": root, "listener": listener}
@@ -94,13 +95,13 @@ async def _until(check: Callable[[], bool], what: str, seconds: float = 60.0) ->
 async def test_tools_and_schemas(lab: dict[str, Any], tmp_path: Path) -> None:
     async with _client(lab, tmp_path) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-        assert set(tools) == {"bash", "hosts"}
+        assert set(tools) == {"bash", "edit", "hosts"}
         props = tools["bash"].input_schema["properties"]
         assert set(props) == {"command", "host", "restart", "timeout"}
         assert all(props[name].get("description") for name in props)
         assert "persistent" in (tools["bash"].description or "")
         listed = json.loads(_text(await client.call_tool("hosts", {})))
-        assert [h["name"] for h in listed] == ["mcp-a", "mcp-b", "mcp-c"]
+        assert [h["name"] for h in listed] == ["mcp-a", "mcp-b", "mcp-c", "mcp-w"]
         assert listed[1]["labels"] == {"env": "production"}
         narrowed = json.loads(_text(await client.call_tool("hosts", {"pattern": "env=production"})))
         assert [h["name"] for h in narrowed] == ["mcp-b"]
@@ -307,3 +308,42 @@ async def test_idle_session_closes_and_comes_back(lab: dict[str, Any], tmp_path:
         assert _text(back).strip() == "[]"  # a new session: the old shell's state went with it
     starts = [r for r in _records(tmp_path, "mcp-a") if r["event"] == "session.start"]
     assert len(starts) == 2
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_edit_then_run_and_writes_ask_for_approval(lab: dict[str, Any], tmp_path: Path, mode: str) -> None:
+    asked: list[str] = []
+
+    async def once(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"decision": "run once"})
+
+    target = f"/tmp/mcp-edit-{os.getpid()}-{mode}.conf"
+    async with _client(lab, tmp_path, elicit=once, mode=mode) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert {"command", "path", "host", "old_str", "new_str", "view_range"} <= set(
+            tools["edit"].input_schema["properties"])
+        made = await client.call_tool("edit", {"host": "mcp-a", "command": "create", "path": target,
+                                               "file_text": "port = 80\nname = web\n"})
+        assert not made.is_error, _text(made)
+        changed = await client.call_tool("edit", {"host": "mcp-a", "command": "str_replace", "path": target,
+                                                  "old_str": "port = 80", "new_str": "port = 8080"})
+        assert not changed.is_error and "8080" in _text(changed)
+        ran = await client.call_tool("bash", {"host": "mcp-a", "command": f"grep port {target}; rm -f {target}"})
+        assert _text(ran).strip() == "port = 8080"
+        relative = await client.call_tool("edit", {"host": "mcp-a", "command": "view", "path": "etc/hosts"})
+        assert relative.is_error and "absolute" in _text(relative)
+        assert not asked  # mcp-a has no approval rules
+        # mcp-w asks before a write outside /srv; a view never asks
+        viewed = await client.call_tool("edit", {"host": "mcp-w", "command": "view", "path": "/etc/hostname"})
+        assert not viewed.is_error and not asked
+        again = await client.call_tool("edit", {"host": "mcp-w", "command": "create", "path": target,
+                                                "file_text": "x\n"})
+        assert not again.is_error, _text(again)
+        assert len(asked) == 1 and target in asked[0] and "mcp-w" in asked[0]
+        await client.call_tool("bash", {"host": "mcp-a", "command": f"rm -f {target}"})
+    answered = [r for r in _records(tmp_path, "mcp-w") if r["event"] == "approval.answered"]
+    assert [(r["how"], r["approved"]) for r in answered] == [("once", True)]
+    starts = [r for r in _records(tmp_path, "mcp-a") if r["event"] == "edit.start"]
+    assert [r["command"] for r in starts] == ["create", "str_replace"]
+    assert all(r["client"] == "test-client 1.0" for r in starts)

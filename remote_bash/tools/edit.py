@@ -131,9 +131,8 @@ class EditTool:
         refusal = await self._refuse(command, path, tool_use_id)
         if refusal:
             return self._reply(tool_use_id, refusal, True)
-        if command in WRITES:
-            # The host's approval rules read shell text: a write is put to them as what it does.
-            said = f"# text editor: {command} {shell_quote(path)}\ncat > {shell_quote(path)}"
+        said = approval_text(tool_input)
+        if said is not None:
             try:
                 refusal = await _approve(self.session, said, tool_use_id, self.approver)
             except AuditError as exc:
@@ -330,6 +329,16 @@ def _text_problem(name: str, value: object) -> str | None:
         return (f"'{name}' is {len(value):,} characters; the limit is {MAX_TEXT_CHARS:,}. Write large files in "
                 "parts (create, then insert)")
     return None
+
+
+def approval_text(tool_input: Mapping[str, Any]) -> str | None:
+    """The shell text an edit is put to the host's approval rules as (they read shell text): a write
+    as what it does; None for a read."""
+    command = str(tool_input.get("command"))
+    if command not in WRITES:
+        return None
+    path = shell_quote(normalize(str(tool_input.get("path"))))
+    return f"# text editor: {command} {path}\ncat > {path}"
 
 
 def _check_input(tool_input: object) -> str | None:
