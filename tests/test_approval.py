@@ -174,3 +174,26 @@ def test_run_without_a_terminal_refuses_and_no_approve_runs(prod_env: dict[str, 
     assert "ran" in str(server.tool_results(-1)[0]["content"])
     records = [json.loads(line) for line in (tmp_path / "audit" / "prod-1.jsonl").read_text().splitlines()]
     assert [r["how"] for r in records if r["event"] == "approval.answered"] == ["unavailable", "all"]
+
+
+@pytest.mark.parametrize("coordinator", [False, True])
+def test_fleet_run_without_a_terminal_refuses_and_no_approve_runs(prod_env: dict[str, str], server: MessagesServer,
+                                                                  tmp_path: Path, coordinator: bool) -> None:
+    def step(command: str, tool_id: str) -> Reply:
+        if coordinator:
+            return Reply([tool_use({"host": "prod-1", "command": command}, id=tool_id, name="remote_bash")])
+        return Reply([tool_use({"command": command}, id=tool_id)])
+
+    mode = ["--coordinator"] if coordinator else []
+    base = [sys.executable, "-m", "remote_bash.cli", "fleet", "run", *mode]
+    server.add(step("rm -f /tmp/rb-fleet-none", "toolu_f1"), Reply([text("ok")]))
+    out = subprocess.run([*base, "prod-1", "x"], env=prod_env, cwd=ROOT, capture_output=True, text=True,
+                         timeout=90, stdin=subprocess.DEVNULL, start_new_session=True, check=False)
+    result = server.tool_results(1)[0]
+    assert result["is_error"] and "no terminal" in str(result["content"]), out.stderr
+    server.add(step("rm -f /tmp/rb-fleet-none; echo ran", "toolu_f2"), Reply([text("ok")]))
+    out = subprocess.run([*base, "--no-approve", "prod-1", "x"], env=prod_env, cwd=ROOT, capture_output=True,
+                         text=True, timeout=90, stdin=subprocess.DEVNULL, start_new_session=True, check=False)
+    assert "ran" in str(server.tool_results(-1)[0]["content"]), out.stderr
+    records = [json.loads(line) for line in (tmp_path / "audit" / "prod-1.jsonl").read_text().splitlines()]
+    assert [r["how"] for r in records if r["event"] == "approval.answered"] == ["unavailable", "all"]

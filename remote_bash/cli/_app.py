@@ -246,6 +246,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--serial", type=_positive, metavar="N", help="fleet run: hosts per batch")
     p.add_argument("--model", metavar="MODEL", help="fleet run: Claude model to use")
     p.add_argument("--max-turns", type=_positive, metavar="N", help="fleet run: stop a conversation after N turns")
+    _approval_options(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.usage = (f"{PROG} fleet exec [options] PATTERN -- COMMAND...\n"
                f"       {PROG} fleet run [options] PATTERN TASK")

@@ -12,7 +12,7 @@ from remote_bash.terminal import escape_json
 from ._context import _Context, _credentials, _literals, _source
 from ._exec import _command_text
 from ._output import PROG, _duration, _err, _one_line, _out, _out_raw, _UsageError
-from ._run import _require_api_key, _task_text
+from ._run import _approver, _require_api_key, _task_text
 
 if TYPE_CHECKING:
     from remote_bash.inventory import Inventory
@@ -134,11 +134,16 @@ def _cmd_fleet_run(ctx: _Context) -> int:
     config = AgentConfig(**options)
     progress = _RunProgress(per_host=not args.coordinator)
 
+    approver = _approver(ctx)
+
     async def go(inventory: Inventory) -> fleet.FleetRun:
+        if approver.mode == "all":  # --approve: every command of this run is asked about
+            inventory = inventory.model_copy(update={"hosts": {
+                name: host.model_copy(update={"approve": "all"}) for name, host in inventory.hosts.items()}})
         factory = await _fleet_sessions(ctx, inventory, args.pattern)
         return await fleet.run(inventory, args.pattern, task, forks=args.forks, serial=args.serial,
                                fail_fast=args.fail_fast, coordinator=args.coordinator, timeout=args.timeout,
-                               config=config, session_factory=factory, on_progress=progress)
+                               config=config, session_factory=factory, on_progress=progress, approver=approver)
 
     with ctx.inventory() as inventory:
         try:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from remote_bash.errors import ConnectError, ConnectionLost, RemoteBashError
 from remote_bash.facts import describe
 from remote_bash.models import Host
-from remote_bash.tool import _get
+from remote_bash.tool import Approver, _get
 
 from .conversation import _from_outcome, _last_line, _message, _Tally, _transcript
 from .host_tool import HostBashTool
@@ -51,8 +51,9 @@ class _Coordinator:
     """
 
     def __init__(self, pool: FleetPool, hosts: Sequence[Host],
-                 on_progress: Callable[[FleetProgress], None] | None) -> None:
+                 on_progress: Callable[[FleetProgress], None] | None, approver: Approver | None = None) -> None:
         self.pool = pool
+        self.approver = approver
         self.hosts = list(hosts)
         self.work = {h.name: _HostWork() for h in hosts}
         self.on_progress = on_progress
@@ -102,8 +103,8 @@ class _Coordinator:
         await self._connect_all()
         if not any(self._reached(h.name) for h in self.hosts):
             return None
-        self._tool = HostBashTool(self.pool, self.hosts)
-        editor = HostEditTool(self.pool.connect, self.hosts)
+        self._tool = HostBashTool(self.pool, self.hosts, approver=self.approver)
+        editor = HostEditTool(self.pool.connect, self.hosts, approver=self.approver)
         tools = ToolSet(name=COORDINATOR, tools=[self, editor], system_prompt=self._prompt())
         path = _transcript(directory, COORDINATOR)
         tally = _Tally(COORDINATOR, on_event)

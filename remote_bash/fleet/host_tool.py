@@ -11,7 +11,7 @@ from typing import Any
 
 from remote_bash.errors import RemoteBashError
 from remote_bash.models import Host
-from remote_bash.tool import BashTool, _get
+from remote_bash.tool import Approver, BashTool, _get
 from remote_bash.tool import _result as _tool_block
 
 from .pool import FleetPool
@@ -34,13 +34,14 @@ class HostBashTool:
     name = "remote_bash"
 
     def __init__(self, pool: FleetPool, hosts: Sequence[Host], *, timeout: float | None = None,
-                 on_output: Callable[[str, str], None] | None = None) -> None:
+                 on_output: Callable[[str, str], None] | None = None, approver: Approver | None = None) -> None:
         if not hosts:
             raise ValueError("HostBashTool needs at least one host")
         self.pool = pool
         self.hosts = {h.name: h for h in hosts}
         self.timeout = timeout
         self.on_output = on_output
+        self.approver = approver
         self._tools: dict[str, BashTool] = {}
 
     def to_dict(self) -> dict[str, Any]:
@@ -96,7 +97,7 @@ class HostBashTool:
         if tool is None or tool.session is not session:
             on_output = self.on_output
             tool = self._tools[host_name] = BashTool(
-                session, timeout=self.timeout,
+                session, timeout=self.timeout, approver=self.approver,
                 on_output=None if on_output is None else (lambda text: on_output(host_name, text)))
         block = await tool.run({k: v for k, v in tool_input.items() if k != "host"}, tool_use_id=tool_use_id)
         block["tool_use_id"] = tool_use_id

@@ -22,14 +22,16 @@ if TYPE_CHECKING:
     import anthropic
 
     from remote_bash.agent import AgentConfig, AgentEvent
+    from remote_bash.tool import Approver
 
 class _PerHost:
     """Runs a conversation per host within the pool's limits, batch by batch with ``serial``."""
 
     def __init__(self, pool: FleetPool, task: str, config: AgentConfig, directory: Path,
                  client: anthropic.AsyncAnthropic | None, on_event: Callable[[str, AgentEvent], None] | None,
-                 progress: _Progress) -> None:
+                 progress: _Progress, approver: Approver | None = None) -> None:
         self.pool = pool
+        self.approver = approver
         self.task = task
         self.config = config
         self.directory = directory
@@ -80,7 +82,7 @@ class _PerHost:
         tally = _Tally(host.name, self.on_event)
         try:
             outcome = await run_agent(self.task, session, self.config.model_copy(update={"transcript": path}),
-                                      client=self.client, on_event=tally)
+                                      client=self.client, on_event=tally, approver=self.approver)
         except Exception as exc:  # the API refused, or a surprise: either way it ends this host only
             broken = tally.broken(exc, path)
             return HostRun(host=host.name, status="error", duration=time.monotonic() - started,

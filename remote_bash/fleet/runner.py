@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import anthropic
 
     from remote_bash.agent import AgentConfig, AgentEvent
+    from remote_bash.tool import Approver
 
 __all__ = ["run"]
 
@@ -44,6 +45,7 @@ async def run(
     session_factory: Callable[[Host], RemoteBashSession] | None = None,
     on_progress: Callable[[FleetProgress], None] | None = None,
     on_event: Callable[[str, AgentEvent], None] | None = None,
+    approver: Approver | None = None,
 ) -> FleetRun:
     """Have Claude carry out ``task`` on every host ``pattern`` selects; see the module docstring.
 
@@ -54,7 +56,8 @@ async def run(
     ``fleet.exec`` sends, with a :class:`HostRun` as ``last``; for a coordinator, ``done`` counts the
     hosts it has run a command on and a snapshot follows each command. ``on_event`` gets every
     conversation's events with the host's name, or ``"coordinator"``. ``client`` defaults to one per
-    conversation, from the environment.
+    conversation, from the environment. ``approver`` is asked before a command or edit the hosts'
+    ``approve`` rules name; without one, such a command is refused.
 
     Raises SelectionError for a pattern naming nothing known, ValueError for bad options;
     everything that happens on a host is in its :class:`HostRun`.
@@ -78,12 +81,13 @@ async def run(
     started = time.monotonic()
     async with FleetPool(inventory, forks=forks, session_factory=session_factory) as pool:
         if coordinator:
-            team = _Coordinator(pool, selected, on_progress)
+            team = _Coordinator(pool, selected, on_progress, approver)
             conversation = await team.run(task, config, directory, client, on_event)
             results = team.results(conversation)
         else:
             conversation = None
-            crew = _PerHost(pool, task, config, directory, client, on_event, _Progress(len(selected), on_progress))
+            crew = _PerHost(pool, task, config, directory, client, on_event, _Progress(len(selected), on_progress),
+                            approver)
             results = await crew.run(selected, serial=serial, fail_fast=fail_fast)
     return FleetRun(task=task, pattern=pattern, mode=COORDINATOR if coordinator else "per-host", results=results,
                     coordinator=conversation, duration=time.monotonic() - started)

@@ -15,7 +15,7 @@ from typing import Any
 from remote_bash.errors import RemoteBashError
 from remote_bash.models import Host
 from remote_bash.session import RemoteBashSession
-from remote_bash.tool import _get, _result
+from remote_bash.tool import Approver, _get, _result
 
 from .edit import COMMANDS, EditTool
 
@@ -30,12 +30,13 @@ class HostEditTool:
     name = "remote_edit"
 
     def __init__(self, connect: Callable[[Host], Awaitable[RemoteBashSession]], hosts: Sequence[Host], *,
-                 max_characters: int | None = None) -> None:
+                 max_characters: int | None = None, approver: Approver | None = None) -> None:
         if not hosts:
             raise ValueError("HostEditTool needs at least one host")
         self._connect = connect
         self.hosts = {h.name: h for h in hosts}
         self.max_characters = max_characters
+        self.approver = approver
         self._tools: dict[str, EditTool] = {}
 
     def to_dict(self) -> dict[str, Any]:
@@ -95,7 +96,8 @@ class HostEditTool:
             return _result(tool_use_id, f"Error: could not reach {host_name}: {exc.message}", True)
         tool = self._tools.get(host_name)
         if tool is None or tool.session is not session:
-            tool = self._tools[host_name] = EditTool(session, max_characters=self.max_characters)
+            tool = self._tools[host_name] = EditTool(session, max_characters=self.max_characters,
+                                                     approver=self.approver)
         block = await tool.run({k: v for k, v in tool_input.items() if k != "host"}, tool_use_id=tool_use_id)
         block["tool_use_id"] = tool_use_id
         return block
