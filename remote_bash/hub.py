@@ -119,7 +119,7 @@ class SessionHub:
         try:
             host = self.resolve(name)
         except (SelectionError, HostNotAllowed) as exc:
-            return HubResult(f"Error: {exc.message}", True)
+            return await self._refused(name, exc)
         session = await self.session(host.name)
         self._busy[host.name] = self._busy.get(host.name, 0) + 1
         try:
@@ -138,7 +138,7 @@ class SessionHub:
         try:
             host = self.resolve(name)
         except (SelectionError, HostNotAllowed) as exc:
-            return HubResult(f"Error: {exc.message}", True)
+            return await self._refused(name, exc)
         session = await self.session(host.name)
         self._busy[host.name] = self._busy.get(host.name, 0) + 1
         try:
@@ -147,6 +147,19 @@ class SessionHub:
             self._busy[host.name] -= 1
             self._last_used[host.name] = time.monotonic()
         return HubResult(str(block["content"]), bool(block["is_error"]))
+
+    async def _refused(self, name: str | None, exc: SelectionError | HostNotAllowed) -> HubResult:
+        """The error for a host that may not be asked for. An inventory host outside the allowlist is
+        put to its session's gate, which refuses it before connecting and writes ``host.denied``."""
+        if isinstance(exc, HostNotAllowed) and name in self.inventory.hosts:
+            session = await self._factory(name)
+            try:
+                await session.start()
+            except HostNotAllowed:
+                pass  # refused and audited by the gate, as expected
+            finally:
+                await session.close()
+        return HubResult(f"Error: {exc.message}", True)
 
     async def close_idle(self) -> list[str]:
         """Close sessions unused for ``idle_timeout`` seconds; the names closed."""

@@ -140,6 +140,8 @@ async def test_host_outside_allow_is_refused_without_connecting(lab: dict[str, A
         assert [h["name"] for h in listed] == ["mcp-a"]
     with pytest.raises(BlockingIOError):
         lab["listener"].accept()
+    denied = [r for r in _records(tmp_path, "mcp-c") if r["event"] == "host.denied"]
+    assert denied and denied[0]["client"] == "test-client 1.0"
 
 
 async def test_timeout_kills_and_restart_resets(lab: dict[str, Any], tmp_path: Path) -> None:
