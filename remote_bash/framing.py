@@ -161,7 +161,10 @@ def frame_command(command: str, token: CallToken, names: ShellNames) -> bytes:
 
 _HEREDOC_OP = re.compile(r"(?<!<)<<(?!<)")
 _HEREDOC = re.compile(r"<<(-?)[ \t]*(?:'([^'\n]*)'|\"([^\"\n]*)\"|\\?([^\s'\"<>|&;()]+))")
-_CONTINUED = re.compile(r"(?:&&|\|\||\||\|&)\Z")
+# Text whose next line bash reads as part of it: after an operator that continues the list, or
+# after a function's header (``f()``, ``function f``), whose body the next line would become; a
+# comment may follow either.
+_CONTINUED = re.compile(r"(?:&&|\|\||\||\|&|\(\s*\)|\bfunction\s+[^\s;|&()<>]+(?:\s*\(\s*\))?)\s*(?:#[^\n]*)?\Z")
 
 
 def status_line_safe(command: str) -> bool:
