@@ -206,12 +206,15 @@ def test_the_readmes_first_command_runs_claudes_commands_in_the_sandbox(operator
     assert SECRET not in out.stdout + str(server.requests)
 
 
-@pytest.mark.skipif(not IS_ROOT or find_sshd() is None, reason="the local backend needs root and sshd")
 def _sandbox_users() -> set[str]:
     return {line.split(":", 1)[0] for line in Path("/etc/passwd").read_text().splitlines()
             if line.startswith("rb-sandbox-")}
 
 
+LOCAL_AS_ROOT = pytest.mark.skipif(not IS_ROOT or find_sshd() is None, reason="the local backend needs root and sshd")
+
+
+@LOCAL_AS_ROOT
 def test_local_backend_refuses_when_the_operators_home_is_open_to_others(operator: dict[str, str],
                                                                          tmp_path: Path) -> None:
     import tempfile
@@ -275,6 +278,46 @@ def test_sandbox_start_status_exec_stop(operator: dict[str, str], backend: str, 
         assert not Path(state["workdir"]).exists()
         assert gone_within(lambda: not Path(f"/proc/{state['pid']}/cmdline").exists()
                            or not Path(f"/proc/{state['pid']}/cmdline").read_bytes(), 10), "sshd still runs"
+
+
+def _owned_by(uid: int) -> list[str]:
+    """What ``uid`` owns directly in the temp directories or as System V IPC objects."""
+    found = [str(p) for root in ("/tmp", "/var/tmp", "/dev/shm") for p in Path(root).iterdir()  # noqa: S108
+             if p.lstat().st_uid == uid]
+    for table in ("shm", "msg", "sem"):
+        header, *rows = Path(f"/proc/sysvipc/{table}").read_text().splitlines()
+        column = header.split().index("uid")
+        found += [f"{table} {row.split()[1]}" for row in rows if int(row.split()[column]) == uid]
+    return found
+
+
+@LOCAL_AS_ROOT
+def test_local_sandbox_stop_removes_what_the_user_left_in_temp_dirs_and_ipc(operator: dict[str, str]) -> None:
+    env = operator
+    started = cli(env, "sandbox", "start", "--backend", "local")
+    assert started.returncode == 0, started.stderr
+    state = json.loads(cli(env, "sandbox", "status", "--json").stdout)
+    tag = uuid.uuid4().hex[:8]
+    made = [f"/tmp/rb-left-{tag}", f"/var/tmp/rb-left-{tag}", f"/dev/shm/rb-left-{tag}",  # noqa: S108
+            f"/tmp/rb-leftdir-{tag}", f"/tmp/rb-fifo-{tag}"]  # noqa: S108
+    try:
+        out = cli(env, "exec", "--", f"id -u; for f in {' '.join(made[:3])}; do echo secret > $f; done; "
+                  f"mkdir -m 700 {made[3]} && echo inner > {made[3]}/f; mkfifo {made[4]}; "
+                  "ipcmk -M 4096 >/dev/null && ipcmk -Q >/dev/null && ipcmk -S 1 >/dev/null && echo made")
+        assert out.returncode == 0, out.stderr
+        uid = int(out.stdout.splitlines()[0])
+        assert out.stdout.splitlines()[-1] == "made"
+        assert uid >= 3_000_000  # a UID useradd does not hand out on its own, so not reused soon
+        assert len(_owned_by(uid)) == len(made) + 3, _owned_by(uid)
+        stopped = cli(env, "sandbox", "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert state["user"] not in _sandbox_users()
+        assert not [p for p in made if os.path.lexists(p)]
+        assert _owned_by(uid) == []
+    finally:
+        cli(env, "sandbox", "stop")
+        for path in made:
+            shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else Path(path).unlink(missing_ok=True)
 
 
 def gone_within(check: Callable[[], bool], seconds: float) -> bool:

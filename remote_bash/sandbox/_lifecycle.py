@@ -191,10 +191,12 @@ def _shutdown(info: SandboxInfo) -> None:
         server.stop()
     elif info.pid:
         _stop_pid(info.pid)
-    if info.throwaway_user:
-        remove_user(info.throwaway_user)
-    if info.workdir:
-        shutil.rmtree(info.workdir, ignore_errors=True)
+    try:
+        if info.throwaway_user:
+            remove_user(info.throwaway_user)
+    finally:
+        if info.workdir:
+            shutil.rmtree(info.workdir, ignore_errors=True)
 
 
 def start(env: Mapping[str, str], backend: str | None = None, *, image: str | None = None,

@@ -1,7 +1,8 @@
 """The local sandbox backend: OpenSSH's sshd on 127.0.0.1, isolated with what the machine offers.
 
-Run as root, it creates a user that exists only while the sandbox runs (no password, a home of its
-own, removed with everything it started on stop) and checks, as that user, that the operator's
+Run as root, it creates a user that exists only while the sandbox runs (no password, a home and a
+random UID of its own, removed on stop with everything it started and everything it left in /tmp,
+/var/tmp, /dev/shm and System V IPC) and checks, as that user, that the operator's
 home, audit logs and state are out of its reach before a command is served. Run as anyone else, it
 runs sshd inside a bubblewrap namespace: a process tree of its own, an empty environment, the
 file system read-only, and empty directories over the operator's home, audit logs, state, /tmp
@@ -12,6 +13,7 @@ account with its environment is the explicit ``unisolated`` backend, which this 
 from __future__ import annotations
 
 import contextlib
+import grp
 import os
 import pwd
 import secrets
@@ -25,6 +27,7 @@ from pathlib import Path
 
 from remote_bash.errors import ConfigError
 
+from ._leftovers import remove_leftovers
 from ._sshd import SshdServer, clean_environment, find_sshd, start_sshd
 
 __all__ = ["USER_PREFIX", "bwrap_wrapper", "create_user", "exposed_paths", "local_refusal", "remove_user",
@@ -65,11 +68,48 @@ def bwrap_wrapper(bwrap: str, hidden: Iterable[Path], workdir: Path) -> list[str
     return [*argv, "--"]
 
 
+# Sandbox users get random UIDs far above the ones useradd hands out (login.defs' UID_MAX is 60000
+# by default), so a later user, sandbox or not, does not get the UID of an earlier sandbox and with
+# it anything of that sandbox that might have escaped removal.
+UID_RANGE = (3_000_000, 3_999_999)
+
+
+def _free_uid() -> int:
+    for _ in range(100):
+        uid = UID_RANGE[0] + secrets.randbelow(UID_RANGE[1] - UID_RANGE[0] + 1)
+        if not _uid_in_use(uid):
+            return uid
+    raise ConfigError(f"cannot find a free UID for the sandbox user in {UID_RANGE[0]}-{UID_RANGE[1]}")
+
+
+def _uid_in_use(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+        return True
+    except KeyError:
+        pass
+    with contextlib.suppress(KeyError):
+        grp.getgrgid(uid)
+        return True
+    # Subordinate ranges (/etc/subuid, /etc/subgid) belong to other users' containers.
+    for table in ("/etc/subuid", "/etc/subgid"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines():
+                with contextlib.suppress(ValueError):
+                    _, start, count = line.strip().split(":")
+                    if int(start) <= uid < int(start) + int(count):
+                        return True
+    return False
+
+
 def create_user() -> str:
-    """A new unprivileged user with a home of its own and no usable password."""
+    """A new unprivileged user with a home of its own, a UID of its own and no usable password."""
     name = USER_PREFIX + secrets.token_hex(3)
-    for argv in (["useradd", "--create-home", "--user-group", "--shell", "/bin/bash",
-                  "--comment", "remote-bash sandbox (removed on stop)", name],
+    uid = _free_uid()
+    # --no-log-init: no lastlog/faillog entry (those files are indexed by UID and would grow sparse).
+    for argv in (["groupadd", "--gid", str(uid), name],
+                 ["useradd", "--create-home", "--no-log-init", "--uid", str(uid), "--gid", str(uid),
+                  "--shell", "/bin/bash", "--comment", "remote-bash sandbox (removed on stop)", name],
                  ["usermod", "--password", "*", name]):  # '*': no password, yet not locked for sshd
         done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False,
                               stdin=subprocess.DEVNULL, env=clean_environment())
@@ -88,13 +128,20 @@ def remove_user(name: str, *, deadline: float = 15.0) -> None:
     try:
         uid = pwd.getpwnam(name).pw_uid
     except KeyError:
+        _remove_group(name)
         return
+    gid = pwd.getpwnam(name).pw_gid
     end = time.monotonic() + deadline
     while (pids := _processes_of(uid)) and time.monotonic() < end:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.05)
+    if pids:
+        raise ConfigError(f"cannot remove the sandbox user {name}: processes {pids} still run after "
+                          f"{deadline:g} s; kill them (kill -9 {' '.join(map(str, pids))}) and stop again")
+    # With no process left, nothing new appears: what the user wrote outside its home goes too.
+    left = remove_leftovers(uid, gid)
     done = subprocess.run(["userdel", "--remove", name], capture_output=True, text=True, timeout=30,
                           check=False, stdin=subprocess.DEVNULL, env=clean_environment())
     # userdel complains about a missing mail spool, which useradd never made: only a user still
@@ -102,6 +149,18 @@ def remove_user(name: str, *, deadline: float = 15.0) -> None:
     with contextlib.suppress(KeyError):
         pwd.getpwnam(name)
         raise ConfigError(f"cannot remove the sandbox user {name}: {done.stderr.strip()}")
+    _remove_group(name)
+    if left:
+        raise ConfigError(f"removed the sandbox user {name} (UID {uid}) but not all it left behind: "
+                          f"{'; '.join(left[:10])}; remove what UID {uid} owns there by hand")
+
+
+def _remove_group(name: str) -> None:
+    # userdel removes the user's own group only when it was made by useradd: this one was not.
+    with contextlib.suppress(KeyError):
+        grp.getgrnam(name)
+        subprocess.run(["groupdel", name], capture_output=True, timeout=30, check=False,
+                       stdin=subprocess.DEVNULL, env=clean_environment())
 
 
 def _processes_of(uid: int) -> list[int]:
