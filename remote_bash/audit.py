@@ -81,6 +81,7 @@ from remote_bash.redact import Redactor
 
 __all__ = [
     "EVENTS",
+    "KEY_PLACES",
     "AuditLog",
     "VerifyReport",
     "default_audit_dir",
@@ -151,6 +152,11 @@ KeySource = Callable[[str], bytes | None]
 """Gives the audit key of a host (``None``: that host's log is unkeyed)."""
 
 
+KEY_PLACES = ("the host's audit_key_file in the inventory, or the OS keyring: `remote-bash audit key init` "
+              "marks a key kept there as in use")
+"""Where the audit key of a host is looked for, for messages."""
+
+
 @dataclass
 class VerifyReport:
     """What :meth:`AuditLog.verify` found."""
@@ -173,6 +179,8 @@ class VerifyReport:
     """The time of the newest record."""
     notes: list[str] = field(default_factory=list)
     """What the check could not establish, in sentences."""
+    needs_key: bool = False
+    """True when records carry a MAC and no key was given to check them (``ok`` is then False)."""
 
 
 class AuditLog:
@@ -314,9 +322,7 @@ class AuditLog:
             if keyed and key is None:
                 raise AuditError(
                     f"the audit log {path} is keyed (its last record carries a MAC) but no audit key was "
-                    "found, and a keyed log is never continued without one; make the key available "
-                    "(the inventory's audit_key_file, or the OS keyring: `remote-bash audit key init` marks "
-                    "a key kept there as in use); "
+                    f"found, and a keyed log is never continued without one; make the key available ({KEY_PLACES}); "
                     "the command was not run because it could not be audited",
                     host=host,
                 )
@@ -494,7 +500,12 @@ class AuditLog:
             notes.append(f"the first {unkeyed_prefix} record(s) were written before the key; "
                          "the keyed records after them vouch for them through the chain")
         if unchecked:
-            notes.append(f"{unchecked} record(s) carry a MAC that was not checked: no audit key was found")
+            # Without the key the chain proves nothing against someone who recomputes it, and the
+            # MACs that would are unread: such a log is not called intact.
+            problems.append(
+                f"{current}: {unchecked} record(s) carry a MAC but no audit key was found to check them: "
+                f"a keyed log is verified only with its key; make it available ({KEY_PLACES})"
+            )
         return VerifyReport(
             ok=not problems,
             records=count,
@@ -504,6 +515,7 @@ class AuditLog:
             last_seq=last.get("seq") if last is not None else None,
             last_ts=str(last.get("ts")) if last is not None else None,
             notes=notes,
+            needs_key=unchecked > 0,
         )
 
     def _records(self, host: str) -> Iterator[tuple[Path, tuple[int, bytes], dict[str, Any] | None]]:

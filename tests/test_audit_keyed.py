@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from remote_bash.audit import AuditLog, load_key_file, write_key_file
+from remote_bash.audit import KEY_PLACES, AuditLog, load_key_file, write_key_file
 from remote_bash.errors import AuditError
 from remote_bash.models import Host
 
@@ -90,10 +90,11 @@ def test_keyed_records_carry_an_hmac_of_their_line(tmp_path: Path) -> None:
         assert list(record)[-2:] == ["hash", "mac"]
     report = log.verify(HOST)
     assert (report.ok, report.keyed, report.records, report.problems) == (True, True, 3, [])
-    # Read without the key: the hash chain holds, the MACs are said to be unchecked.
+    # Read without the key: a log with MACs is not called intact, and the key is asked for.
     unkeyed = AuditLog(tmp_path).verify(HOST)
-    assert unkeyed.ok and not unkeyed.keyed
-    assert unkeyed.notes == ["3 record(s) carry a MAC that was not checked: no audit key was found"]
+    assert (unkeyed.ok, unkeyed.keyed, unkeyed.needs_key) == (False, False, True)
+    assert unkeyed.problems == [f"{log.path(HOST)}: 3 record(s) carry a MAC but no audit key was found to check "
+                                f"them: a keyed log is verified only with its key; make it available ({KEY_PLACES})"]
 
 
 def test_a_keyed_log_is_never_continued_without_the_key(tmp_path: Path) -> None:
@@ -344,3 +345,21 @@ def test_cli_key_file_named_in_the_inventory(web1: Host, tmp_path: Path) -> None
     assert out.returncode != 0
     assert f"cannot read the audit key file {key}" in out.stderr
     assert not (tmp_path / "ran").exists()
+
+
+def test_cli_verify_of_a_keyed_log_without_its_key_fails_and_says_where_the_key_is_looked_for(
+        web1: Host, tmp_path: Path) -> None:
+    key = tmp_path / "keys" / "audit.key"
+    env = cli_env(tmp_path, {"defaults": {"audit_key_file": str(key)}, "hosts": {"web-1": entry(web1)}})
+    assert cli(env, "audit", "key", "init", "--file", str(key)).returncode == 0
+    for word in ("one", "two"):
+        assert cli(env, "exec", "web-1", "--", f"echo {word}").returncode == 0
+    # The same log read with an inventory that names no key (and an empty keyring).
+    cli_env(tmp_path, {"hosts": {"web-1": entry(web1)}})
+    out = cli(env, "audit", "verify", "web-1")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "intact" not in out.stdout
+    assert "NOT VERIFIED: the log is keyed and its audit key was not found" in out.stdout
+    assert "no audit key was found to check them: a keyed log is verified only with its key" in out.stdout
+    assert "audit_key_file in the inventory, or the OS keyring" in out.stdout
+    assert "UNKEYED chain" not in out.stdout

@@ -150,12 +150,17 @@ def _cmd_audit(ctx: _Context) -> int:
         report = log.verify(host)
         for problem in report.problems:
             _out(_one_line(problem) + "\n")
-        verdict = "intact" if report.ok else f"TAMPERED or damaged: {len(report.problems)} problem(s)"
+        if report.ok:
+            verdict = "intact"
+        elif report.needs_key and len(report.problems) == 1:
+            verdict = "NOT VERIFIED: the log is keyed and its audit key was not found"
+        else:
+            verdict = f"TAMPERED or damaged: {len(report.problems)} problem(s)"
         _out(f"{host}: {report.records} records in {len(report.files)} file(s): {verdict}\n")
         if report.keyed:
             _out("  keyed chain: every record's HMAC-SHA256 was checked with the audit key, so an edit "
                  "recomputed without the key would have failed\n")
-        else:
+        elif not report.needs_key:
             _out(f"  UNKEYED chain: this shows edits, not forgery by someone who can recompute the hashes; "
                  f"keep an audit key ('{PROG} audit key init') to detect that\n")
         for note in report.notes:
