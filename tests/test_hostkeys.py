@@ -64,8 +64,10 @@ class Signed:
     ca_key: Path
 
 
-def sign(ca_key: Path, host_key: Path, principal: str) -> None:
-    subprocess.run(["ssh-keygen", "-q", "-s", str(ca_key), "-h", "-I", principal, "-n", principal,
+def sign(ca_key: Path, host_key: Path, principal: str | None) -> None:
+    """Sign a host certificate for ``principal`` (None: with no principals at all)."""
+    names = ["-n", principal] if principal is not None else []
+    subprocess.run(["ssh-keygen", "-q", "-s", str(ca_key), "-h", "-I", principal or "any", *names,
                     f"{host_key}.pub"], check=True, capture_output=True, timeout=30)
 
 
@@ -238,6 +240,25 @@ async def test_a_certificate_for_another_name_is_refused(home: Path, hosts: Test
         known = pin(tmp_path, f"@cert-authority * {signed.ca}")
         with pytest.raises(HostKeyError, match="principal"):
             await reach(signed.host.model_copy(update={"port": server.port, "known_hosts": known}))
+    finally:
+        server.stop()
+
+
+async def test_a_certificate_with_no_principals_names_every_host_as_in_openssh(
+        home: Path, hosts: TestHosts, signed: Signed, tmp_path: Path) -> None:
+    """OpenSSH reads a certificate without principals as valid for any host; so does remote_bash,
+    which is why the CA's signer must name the host (``-n``): the README says so."""
+    work = hosts.root / "hk-anyname"
+    host_key = generate_keypair(work / "ssh_host_ed25519_key", "hk-anyname-host")
+    sign(signed.ca_key, host_key, None)
+    cert = Path(f"{host_key}-cert.pub")
+    server = start_sshd(work, address=CERT_ADDRESS, users=[hosts.user], host_key=host_key,
+                        authorized_keys=[hosts.client_key.with_suffix(".pub").read_text()],
+                        extra_config=(f"HostCertificate {cert}",))
+    try:
+        known = pin(tmp_path, f"@cert-authority * {signed.ca}")
+        out, _ = await reach(signed.host.model_copy(update={"port": server.port, "known_hosts": known}))
+        assert out == "reached\n"
     finally:
         server.stop()
 
