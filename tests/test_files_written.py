@@ -173,6 +173,16 @@ def test_group_or_world_writable_parent_without_sticky_is_refused(tmp_path: Path
     assert not (parent / "mine").exists()
 
 
+def test_a_sticky_world_writable_directory_is_fine_above_but_refused_as_the_directory_itself(
+        tmp_path: Path) -> None:
+    shared = tmp_path / "tmp-like"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    with pytest.raises(UnsafePath, match=rf"{shared} for tests: it is world-writable \(mode 1777\).*chmod go-w"):
+        private_dir(shared, what="tests")
+    assert private_dir(shared / "mine", what="tests") == shared / "mine"
+
+
 def test_open_private_never_follows_a_link_nor_writes_a_file_of_another_user(
     tmp_path: Path, other: pwd.struct_passwd
 ) -> None:
