@@ -45,8 +45,12 @@ class _Walk:
         return bool(st.st_mode & stat.S_IXOTH)
 
     def directory(self, fd: int, path: str, dev: int, depth: int) -> None:
-        with os.scandir(fd) as entries:
-            names = list(entries)
+        try:
+            with os.scandir(fd) as entries:
+                names = list(entries)
+        except OSError:
+            self.kept.append(f"what is in {path} (it could not be listed)")
+            return
         for entry in names:
             self.left -= 1
             if self.left < 0 or time.monotonic() > self.end or depth > 64:
