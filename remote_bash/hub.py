@@ -116,25 +116,20 @@ class SessionHub:
                    timeout: float | None = None, on_output: Callable[[str], None] | None = None,
                    approver: Approver | None = None) -> HubResult:
         """One bash tool call on host ``name``: the same text and error flag as :class:`BashTool`."""
-        try:
-            host = self.resolve(name)
-        except (SelectionError, HostNotAllowed) as exc:
-            return await self._refused(name, exc)
-        session = await self.session(host.name)
-        self._busy[host.name] = self._busy.get(host.name, 0) + 1
-        try:
-            block = await run_bash_input(session, tool_input, tool_use_id=tool_use_id, timeout=timeout,
-                                         on_output=on_output, approver=approver)
-        finally:
-            self._busy[host.name] -= 1
-            self._last_used[host.name] = time.monotonic()
-        return HubResult(str(block["content"]), bool(block["is_error"]))
+        return await self._call(name, lambda session: run_bash_input(
+            session, tool_input, tool_use_id=tool_use_id, timeout=timeout, on_output=on_output, approver=approver))
 
     async def edit(self, name: str | None, tool_input: Mapping[str, Any], *, tool_use_id: str | None,
                    approver: Approver | None = None) -> HubResult:
         """One text editor call on host ``name``: the same text and error flag as :class:`EditTool`."""
         from .tools.edit import EditTool
 
+        return await self._call(name, lambda session: EditTool(session, approver=approver).run(
+            tool_input, tool_use_id=tool_use_id))
+
+    async def _call(self, name: str | None,
+                    tool: Callable[[RemoteBashSession], Awaitable[dict[str, Any]]]) -> HubResult:
+        """Run one tool call on the persistent session of host ``name``, keeping it from the idle close."""
         try:
             host = self.resolve(name)
         except (SelectionError, HostNotAllowed) as exc:
@@ -142,7 +137,7 @@ class SessionHub:
         session = await self.session(host.name)
         self._busy[host.name] = self._busy.get(host.name, 0) + 1
         try:
-            block = await EditTool(session, approver=approver).run(tool_input, tool_use_id=tool_use_id)
+            block = await tool(session)
         finally:
             self._busy[host.name] -= 1
             self._last_used[host.name] = time.monotonic()
