@@ -52,8 +52,17 @@ PRODUCTION_DEFAULT: tuple[ApproveRule, ...] = ("privilege", "packages", "service
 
 # Programs that run the command given in their arguments: the rest is read as a command of its own.
 _WRAPPERS = frozenset({"env", "nohup", "nice", "ionice", "timeout", "stdbuf", "time", "command", "exec",
-                       "builtin", "xargs", "setsid", "chrt", "taskset", "flock", "watch", "unbuffer"})
-_SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh"})
+                       "builtin", "xargs", "setsid", "chrt", "taskset", "flock", "watch", "unbuffer",
+                       "busybox", "coproc", "chroot", "nsenter", "unshare", "firejail", "systemd-run",
+                       "faketime", "proxychains", "torsocks"})
+_SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "ash", "fish", "csh", "tcsh"})
+# Interpreters whose program may be given inline (None: always, as awk's first operand).
+_INLINE: dict[str, tuple[str, ...] | None] = {
+    "awk": None, "gawk": None, "mawk": None, "nawk": None, "perl": ("-e", "-E"), "ruby": ("-e",),
+    "python": ("-c",), "python3": ("-c",), "node": ("-e", "--eval", "-p"), "php": ("-r",), "lua": ("-e",),
+}
+# Wrappers whose first operand is theirs (a lock file, a directory), not the command's name.
+_OWN_OPERAND = frozenset({"flock", "chroot"})
 _ESCALATE = frozenset({"sudo", "su", "doas", "pkexec", "runuser", "setpriv", "sudoedit", "machinectl"})
 _ACCOUNTS = frozenset({"useradd", "userdel", "usermod", "adduser", "deluser", "groupadd", "groupdel",
                        "groupmod", "gpasswd", "passwd", "chpasswd", "visudo", "setcap", "newgrp"})
@@ -192,6 +201,11 @@ def _classify(base: str, args: list[str], classes: frozenset[str]) -> Need | Non
             return Need("privilege", f"{base!r} runs with other privileges or changes accounts")
         if base == "chmod" and any(re.fullmatch(r"[0-7]*[4-7][0-7]{3}|.*[+=][rwxXt]*s.*", a) for a in args):
             return Need("privilege", "chmod sets a setuid/setgid bit")
+        modes = [m for i, a in enumerate(args) for m in ([args[i + 1]] if a == "-m" and i + 1 < len(args) else
+                                                          [a[7:]] if a.startswith("--mode=") else
+                                                          [a[2:]] if a.startswith("-m") and len(a) > 2 else [])]
+        if base == "install" and any(re.fullmatch(r"[0-7]*[4-7][0-7]{3}|.*[+=][rwxXt]*s.*", m) for m in modes):
+            return Need("privilege", "install gives a file a setuid/setgid bit")
     if "packages" in classes:
         family = _PACKAGE_ALIASES.get(base, base)
         verbs = _PACKAGE_VERBS.get(family)
@@ -223,14 +237,19 @@ def _classify(base: str, args: list[str], classes: frozenset[str]) -> Need | Non
             return Need("deletions", "git clean deletes untracked files")
         if base == "rsync" and any(a.startswith("--delete") for a in args):
             return Need("deletions", "rsync --delete deletes files")
+        if base == "mv" and args and args[-1] == "/dev/null":
+            return Need("deletions", "mv onto /dev/null throws a file away")
     return None
 
 
 def _writes(base: str, words: list[tuple[str, bool]], allowed: list[str]) -> Need | None:
-    if base not in _WRITERS:
-        return None
     operands = [(w, lit) for w, lit in words if not w.startswith("-")]
-    if base == "dd":
+    named = _option_targets(base, words)
+    if named is not None:
+        targets = named
+    elif base not in _WRITERS:
+        return None
+    elif base == "dd":
         targets = [(w[3:], lit) for w, lit in words if w.startswith("of=")]
     elif base == "sed":
         targets = operands[1:] if any(w.startswith("-i") or w == "--in-place" for w, _ in words) else []
@@ -250,6 +269,26 @@ def _writes(base: str, words: list[tuple[str, bool]], allowed: list[str]) -> Nee
     return None
 
 
+def _option_targets(base: str, words: list[tuple[str, bool]]) -> list[tuple[str, bool]] | None:
+    """Where programs that write to a file named by an option (or to the current directory) write;
+    None for programs that are not such writers."""
+    values = [w for w, _ in words]
+    if base in ("curl", "wget", "sort"):
+        flags = {"curl": ("-o", "--output"), "wget": ("-O", "--output-document"), "sort": ("-o", "--output")}[base]
+        cluster = re.compile(r"-[A-Za-z]*" + flags[0][1])  # -so, -sSLo: the last short flag takes the value
+        found = [words[i + 1] for i, w in enumerate(values[:-1]) if w in flags or cluster.fullmatch(w)]
+        found += [(w.split("=", 1)[1], lit) for w, lit in words if any(w.startswith(f + "=") for f in flags)]
+        if base == "curl" and any(w in ("-O", "--remote-name", "-J") for w in values):
+            found.append((".", True))  # into the current directory
+        if base == "wget" and not found and any(not w.startswith("-") for w in values):
+            found.append((".", True))
+        return found
+    if base == "git" and values and values[0] in ("init", "clone"):
+        operands = [(w, lit) for w, lit in words[1:] if not w.startswith("-")]
+        return operands[-1:] if operands and (values[0] == "init" or len(operands) > 1) else [(".", True)]
+    return None
+
+
 def _inside(target: str, literal: bool, allowed: list[str]) -> bool:
     if target in {"/dev/null", "/dev/stdout", "/dev/stderr"} or re.fullmatch(r"[0-9]+|-", target):
         return True
@@ -260,24 +299,56 @@ def _inside(target: str, literal: bool, allowed: list[str]) -> bool:
 
 def _inner_command(base: str, words: list[tuple[str, bool]], command: str) -> list[list[tuple[str, bool]]] | Need:
     """Commands a wrapper runs: ``sudo rm x`` also runs ``rm x``; ``bash -c 'text'`` runs ``text``."""
-    if base in _SHELLS:
+    if base in _SHELLS or (base == "script" and any(w in ("-c", "--command") or re.fullmatch(r"-[a-z]*c", w)
+                                                     for w, _ in words)):
         for i, (word, _) in enumerate(words):
-            if word == "-c" and i + 1 < len(words):
-                text, literal = words[i + 1]
-                if not literal:
-                    return Need("unknown-command", f"{base} -c runs text known only after expansion")
-                inner = simple_commands(text)
-                if inner is None:
-                    return Need("unreadable", f"the text given to {base} -c could not be read")
-                return inner.commands
+            if (word in ("-c", "--command") or re.fullmatch(r"-[a-z]*c", word)) and i + 1 < len(words):
+                return _read_text(base, words[i + 1])
+        if base == "script":
+            return []
+        # No -c: the shell reads commands from a script file or from its input, neither of which
+        # is text here to read.
+        return Need("unreadable", f"{base} runs commands from a script or its input, which the text does not show")
+    if base in _INLINE:
+        flags = _INLINE[base]
+        if flags is None:
+            # awk: its program reads unless it can write, pipe or run something (or comes from a file)
+            program = next((w for w, _ in words if not w.startswith("-")), "")
+            if any(w == "-f" or w.startswith("--file") for w, _ in words) or re.search(
+                    r"system|getline|close|fflush|[>|]", program):
+                return Need("unreadable", f"{base}'s program can write files or run commands, which the text "
+                                          "does not show")
+            return []
+        if any(w in flags for w, _ in words):
+            return Need("unreadable", f"{base} runs a program given inline, whose effects the text does not show")
         return []
+    if base == "env" and any(w in ("-S", "--split-string") or w.startswith("--split-string=") for w, _ in words):
+        for i, (word, _) in enumerate(words):
+            if word in ("-S", "--split-string") and i + 1 < len(words):
+                return _read_text("env -S", words[i + 1])
+        return Need("unreadable", "env -S splits a string into a command that cannot be read here")
     if base in _WRAPPERS or base in _ESCALATE:
         rest = list(words)
+        if base in _OWN_OPERAND:
+            while rest and rest[0][0].startswith("-"):
+                rest = rest[2:] if rest[0][0] in ("-w", "--wait", "--timeout", "-E", "--conflict-exit-code") \
+                    else rest[1:]
+            rest = rest[1:]  # the lock file, the new root
         while rest and (rest[0][0].startswith("-") or re.match(r"[A-Za-z_][A-Za-z0-9_]*=", rest[0][0])
                         or (base in {"timeout", "nice", "chrt", "taskset", "flock"} and rest[0][0][:1].isdigit())):
             rest = rest[1:]
         return [rest] if rest else []
     return []
+
+
+def _read_text(what: str, word: tuple[str, bool]) -> list[list[tuple[str, bool]]] | Need:
+    text, literal = word
+    if not literal:
+        return Need("unknown-command", f"{what} runs text known only after expansion")
+    inner = simple_commands(text)
+    if inner is None:
+        return Need("unreadable", f"the text given to {what} could not be read")
+    return inner.commands
 
 
 @dataclass

@@ -35,6 +35,11 @@ STAGING = Host(name="s", hostname="127.0.0.1", labels={"env": "staging"})
     "dpkg -i x.deb", "rpm -Uvh x.rpm", "systemctl restart nginx", "service nginx stop", "reboot", "pkill -f app",
     "rm -f /tmp/x", "find /var -name '*.log' -delete", "dd if=/dev/zero of=/dev/sda", "mkfs.ext4 /dev/sdb1",
     "git clean -fdx", "ls; rm x", "echo $(rm x)", "$CMD --now", "echo 'unclosed",
+    # forms an outside attack ran without a question: other wrappers, text fed to a shell, inline programs
+    "busybox rm -f F", "flock /tmp/l rm -f F", "coproc rm -f F", "env -S 'rm -f F'", "bash <<<'rm -f F'",
+    "sh -s <<<'rm -f F'", "echo 'rm x' | bash", "script -qc 'rm -f F' /dev/null", "mv F /dev/null",
+    "install -m 4755 /bin/true /tmp/x", "perl -e 'unlink 1'", "python3 -c 'import os'",
+    "awk 'BEGIN{system(\"reboot\")}'", "bash deploy.sh",
 ])
 def test_production_default_asks_for_risky_commands(command: str) -> None:
     assert approval_needed(command, PROD) is not None
@@ -44,6 +49,7 @@ def test_production_default_asks_for_risky_commands(command: str) -> None:
 @pytest.mark.parametrize("command", [
     "ls -la /etc", "cat /var/log/syslog | tail", "systemctl status nginx", "apt list --installed", "dpkg -l",
     "rpm -qa", "pip list", "df -h", "journalctl -u nginx -n 50", "echo rm", "grep sudo /etc/group",
+    "ps aux | awk '{print $2}'", "python3 app.py --check", "curl -s http://127.0.0.1/health",
 ])
 def test_production_default_leaves_reading_alone(command: str) -> None:
     assert approval_needed(command, PROD) is None
@@ -60,6 +66,10 @@ def test_explicit_rules_regex_and_writes_outside() -> None:
     assert approval_needed("echo x > relative.txt", host) is not None  # where it lands depends on cwd
     assert approval_needed("echo x > /tmp/../etc/passwd", host) is not None
     assert approval_needed("sudo id", host) is None  # not a named class of this host
+    for writes in ("curl -so ~/x http://h/", "curl -sSLo /etc/x u", "wget http://h/x", "sort -o ~/x y",
+                   "git init ~/x", "git clone http://h/r"):
+        assert approval_needed(writes, host) is not None, writes
+    assert approval_needed("curl -so /tmp/x http://h/", host) is None
     assert approval_needed("ls", Host(name="h", hostname="x", approve="all")) is not None
     assert approval_needed("reboot", Host(name="h", hostname="x", labels={"env": "prod"}, approve="never")) is None
     assert effective_rules(PROD) == ("privilege", "packages", "services", "deletions")
