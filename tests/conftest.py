@@ -5,6 +5,7 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import anthropic
 import pytest
 from hypothesis import settings
 
@@ -63,6 +64,13 @@ def server() -> Iterator[MessagesServer]:
     with MessagesServer() as srv:
         yield srv
     assert not srv.problems, srv.problems
+
+
+@pytest.fixture
+async def client(server: MessagesServer) -> AsyncIterator[anthropic.AsyncAnthropic]:
+    """The real anthropic SDK client, talking to the scripted endpoint, with no retries of its own."""
+    async with anthropic.AsyncAnthropic(base_url=server.url, api_key="test", max_retries=0) as c:
+        yield c
 
 
 @pytest.fixture

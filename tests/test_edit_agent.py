@@ -7,7 +7,7 @@ import json
 import os
 import pwd
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
@@ -22,12 +22,6 @@ from .messages_server import MessagesServer, Reply, text, tool_use
 from .sshd import TestHosts
 
 EDITOR = "str_replace_based_edit_tool"
-
-
-@pytest.fixture
-async def client(server: MessagesServer) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    async with anthropic.AsyncAnthropic(base_url=server.url, api_key="test", max_retries=0) as c:
-        yield c
 
 
 @pytest.fixture

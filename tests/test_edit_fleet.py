@@ -6,7 +6,7 @@ import json
 import os
 import pwd
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +25,6 @@ from .test_cli import base_env, cli, host_entry, write_inventory
 @pytest.fixture(scope="module")
 def pair(hosts: TestHosts) -> tuple[Host, Host]:
     return hosts.start("ed-a"), hosts.start("ed-b")
-
-
-@pytest.fixture
-async def client(server: MessagesServer) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    async with anthropic.AsyncAnthropic(base_url=server.url, api_key="test", max_retries=0) as c:
-        yield c
 
 
 @pytest.fixture

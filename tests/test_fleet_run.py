@@ -8,7 +8,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +42,6 @@ def team(hosts: TestHosts) -> dict[str, Host]:
 
 def inventory(*made: Host) -> Inventory:
     return Inventory(hosts={h.name: h for h in made}, groups={"run": [h.name for h in made]})
-
-
-@pytest.fixture
-async def client(server: MessagesServer) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    async with anthropic.AsyncAnthropic(base_url=server.url, api_key="test", max_retries=0) as c:
-        yield c
 
 
 Step = Reply | Fail | Callable[[dict[str, Any]], Reply]
