@@ -67,6 +67,16 @@ def server() -> Iterator[MessagesServer]:
 
 
 @pytest.fixture
+def umask_000() -> Iterator[None]:
+    """A umask that would make every file world-writable: what remote_bash creates must not be."""
+    old = os.umask(0)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+@pytest.fixture
 async def client(server: MessagesServer) -> AsyncIterator[anthropic.AsyncAnthropic]:
     """The real anthropic SDK client, talking to the scripted endpoint, with no retries of its own."""
     async with anthropic.AsyncAnthropic(base_url=server.url, api_key="test", max_retries=0) as c:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -38,15 +38,6 @@ def fill(log: AuditLog, count: int, host: str = HOST) -> list[dict[str, object]]
         log.write(host, "exec.start", session_id="s1", tool_use_id=f"toolu_{i}", command=f"echo {i}")
         for i in range(count)
     ]
-
-
-@pytest.fixture
-def umask_000() -> Iterator[None]:
-    old = os.umask(0)
-    try:
-        yield
-    finally:
-        os.umask(old)
 
 
 def mode(path: Path) -> int:

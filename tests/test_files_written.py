@@ -15,7 +15,7 @@ import re
 import stat
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +47,6 @@ def other() -> pwd.struct_passwd:
     if os.geteuid() != 0:
         pytest.skip("needs root to make files owned by another user")
     return pwd.getpwnam(ensure_test_user())
-
-
-@pytest.fixture
-def umask_000() -> Iterator[None]:
-    old = os.umask(0)
-    try:
-        yield
-    finally:
-        os.umask(old)
 
 
 def mode(path: Path) -> int:
