@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from remote_bash.models import Host
 from remote_bash.sandbox import _sshd
 
 from .sshd import TestHosts
+from .waiting import wait_until
 
 PAM_EXEC = ("/lib/x86_64-linux-gnu/security/pam_exec.so", "/usr/lib/x86_64-linux-gnu/security/pam_exec.so",
             "/lib/security/pam_exec.so", "/usr/lib64/security/pam_exec.so", "/usr/lib/security/pam_exec.so")
@@ -115,15 +115,16 @@ def _remove_tree(root: Path) -> None:
         if child.is_dir():
             with contextlib.suppress(OSError):
                 (child / "cgroup.kill").write_text("1")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        left = [c for c in root.iterdir() if c.is_dir()]
-        for child in left:
+
+    def emptied() -> bool:
+        # A killed cgroup can be removed once its last process is gone.
+        for child in [c for c in root.iterdir() if c.is_dir()]:
             with contextlib.suppress(OSError):
                 child.rmdir()
-        if not any(c.is_dir() for c in root.iterdir()):
-            break
-        time.sleep(0.05)
+        return not any(c.is_dir() for c in root.iterdir())
+
+    wait_until(emptied, within=10, what=f"the login cgroups under {root} to empty",
+               show=lambda: sorted(c.name for c in root.iterdir() if c.is_dir()))
     with contextlib.suppress(OSError):
         root.rmdir()
 

@@ -27,6 +27,7 @@ from remote_bash.agent import (
 
 from .messages_server import Fail, MessagesServer, Reply, StreamFail, text, tool_use
 from .sshd import TestHosts, processes_with
+from .waiting import wait_for
 
 MODEL = "claude-sonnet-5"
 
@@ -193,7 +194,7 @@ async def test_timeout_kills_the_command(
     home: Path, mark: str, then: str,
 ) -> None:
     host = hosts.host("web-1", command_timeout=1, max_timeout=2)
-    server.add(Reply([tool_use({"command": f"sleep 30 # {mark}{then}touch ~/{mark}"})]),
+    server.add(Reply([tool_use({"command": f"bash -c 'sleep 30; : {mark}'{then}touch ~/{mark}"})]),
                Reply([text("slow")]))
     async with RemoteBashSession(host, kill_grace=0.3) as slow:
         outcome, _ = await run("wait", slow, config, client)
@@ -202,9 +203,9 @@ async def test_timeout_kills_the_command(
     assert result["is_error"] is True
     assert "did not finish within 1 s" in result["content"]
     assert outcome.stop_reason == "end_turn"
-    await asyncio.sleep(0.3)
+    await wait_for(lambda: not processes_with(mark, hosts.user), within=10, what="the timed-out command to be killed",
+                   show=lambda: processes_with(mark, hosts.user))
     assert not (home / mark).exists()
-    assert processes_with(mark, hosts.user) == []
 
 
 async def test_policy_refusal_runs_nothing(
@@ -407,14 +408,11 @@ async def test_interrupt_kills_the_command_and_resume_reports_it(
     config: AgentConfig, home: Path, mark: str,
 ) -> None:
     # "&&": with ";" the rest of the command would run after the kill (the bug of the timeout test).
-    slow = tool_use({"command": f"touch ~/{mark}.started; sleep 30 # {mark}\n"
+    slow = tool_use({"command": f"touch ~/{mark}.started; bash -c 'sleep 30; : {mark}'\n"
                                 f"[ $? = 0 ] && touch ~/{mark}.after"})
     server.add(Reply([tool_use({"command": "echo before"}), slow]))
     task = asyncio.create_task(run_agent("work", session, config, client=client))
-    for _ in range(100):
-        if (home / f"{mark}.started").exists():
-            break
-        await asyncio.sleep(0.05)
+    await wait_for((home / f"{mark}.started").exists, within=10, what="the slow command to start")
     task.cancel()
     outcome = await task
     assert outcome.stop_reason == "interrupted"

@@ -12,7 +12,6 @@ import re
 import stat
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -24,6 +23,8 @@ from remote_bash.audit import AuditLog, VerifyReport, default_audit_dir, format_
 from remote_bash.errors import AuditError
 from remote_bash.models import KillReport
 from remote_bash.redact import Redactor
+
+from .waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = "web-1"
@@ -394,7 +395,9 @@ from remote_bash.audit import AuditLog
 directory, name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 go = pathlib.Path(directory, "go")
 pathlib.Path(directory, "ready-" + name).touch()
-while not go.exists():
+deadline = time.monotonic() + 60
+while not go.exists():  # the start line, polled with a bound: the parent may never give it
+    assert time.monotonic() < deadline, "never told to start"
     time.sleep(0.005)
 log = AuditLog(directory)
 for i in range(count):
@@ -422,9 +425,8 @@ def test_concurrent_processes_and_tasks(tmp_path: Path) -> None:
     command = [sys.executable, "-c", WRITER, str(tmp_path)]
     processes = [subprocess.Popen([*command, f"proc{k}", "200"], env=child_env()) for k in range(4)]
     try:
-        deadline = time.monotonic() + 30
-        while len(list(tmp_path.glob("ready-*"))) < 4 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(list(tmp_path.glob("ready-*"))) >= 4, within=30, what="all four writers to be ready",
+                   show=lambda: sorted(p.name for p in tmp_path.glob("ready-*")))
         (tmp_path / "go").touch()  # all writers start together
         asyncio.run(tasks())
         assert [p.wait(timeout=60) for p in processes] == [0, 0, 0, 0]

@@ -25,6 +25,7 @@ from remote_bash.models import Host
 
 from .messages_server import MessagesServer, Reply, text, tool_use
 from .sshd import TestHosts, processes_with
+from .waiting import wait_until
 
 CLI = [sys.executable, "-m", "remote_bash.cli"]
 
@@ -187,10 +188,7 @@ def test_ctrl_c_kills_the_remote_command_and_exits_130(env: dict[str, str], host
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "started\n"
-        for _ in range(100):
-            if processes_with(f"sleep 88.{marker}", hosts.user):
-                break
-            time.sleep(0.05)
+        wait_until(lambda: processes_with(f"sleep 88.{marker}", hosts.user), within=10, what="the command to start")
         proc.send_signal(signal.SIGINT)
         assert proc.wait(20) == 130
     finally:

@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from remote_bash.models import Host
 from remote_bash.session import RemoteBashSession
 
 from .sshd import TestHosts
+from .waiting import wait_until
 
 pytestmark = pytest.mark.reliability
 
@@ -68,11 +68,9 @@ class Agent:
         self.socket = self.directory / "agent.sock"
         self.process = subprocess.Popen(["ssh-agent", "-D", "-a", str(self.socket)],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while not self.socket.exists():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"ssh-agent did not create {self.socket} within 10 s")
-            time.sleep(0.01)
+        wait_until(lambda: self.socket.exists() or self.process.poll() is not None, within=10,
+                   what=f"ssh-agent to create {self.socket}")
+        assert self.socket.exists(), f"ssh-agent exited ({self.process.returncode}) before creating {self.socket}"
 
     def add(self, key: Path) -> None:
         env = {**os.environ, "SSH_AUTH_SOCK": str(self.socket)}

@@ -12,7 +12,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from remote_bash.sandbox import Engine, generate_keypair
 from remote_bash.sandbox._container import image_tag
 
 from .docker_env import engine_or_reason
+from .waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE, WHY_SKIPPED = engine_or_reason()
@@ -108,15 +108,15 @@ def lab(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 
 def _wait_host_key(engine: Engine, container: str, name: str, within: float = 60) -> str:
     """The container's host key as a known_hosts line, once sshd has made it and greets."""
-    end = time.monotonic() + within
-    while time.monotonic() < end:
-        script = "pgrep -x sshd >/dev/null && cat /etc/ssh/ssh_host_ed25519_key.pub"
+    script = "pgrep -x sshd >/dev/null && cat /etc/ssh/ssh_host_ed25519_key.pub"
+
+    def greeting() -> str:
         done = engine.run("exec", container, "sh", "-c", script, check=False)
-        if done.returncode == 0 and done.stdout.startswith("ssh-ed25519"):
-            kind, key = done.stdout.split()[:2]
-            return f"{name} {kind} {key}\n"
-        time.sleep(0.2)
-    raise AssertionError(f"container {container[:12]} never ran sshd: {engine.logs(container)}")
+        return done.stdout if done.returncode == 0 and done.stdout.startswith("ssh-ed25519") else ""
+
+    kind, key = wait_until(greeting, within=within, what=f"container {container[:12]} to run sshd",
+                           show=lambda: engine.logs(container)).split()[:2]
+    return f"{name} {kind} {key}\n"
 
 
 # -- the image ---------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from remote_bash.models import EditPolicy, Host
 from remote_bash.tools.edit import MAX_FILE_BYTES, MAX_TEXT_CHARS, VIEW_LIMIT
 
 from .sshd import TestHosts
+from .waiting import wait_for
 
 
 def _without_sftp(config: str) -> str:
@@ -475,11 +476,7 @@ async def test_an_edit_waits_for_the_running_command(session: RemoteBashSession,
     marker = work / "started"
     command = asyncio.ensure_future(session.run(
         f"touch {marker}; sleep 1; echo b >> {f}", timeout=30))
-    for _ in range(200):  # wait until the command has begun, at most 10 s
-        if marker.exists():
-            break
-        await asyncio.sleep(0.05)
-    assert marker.exists(), "the command never started"
+    await wait_for(marker.exists, within=10, what="the command to start")
     result = await edit(session, command="insert", path=str(f), insert_line=0, insert_text="first")
     await command
     assert result["is_error"] is False

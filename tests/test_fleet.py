@@ -23,6 +23,7 @@ from remote_bash.models import CommandPolicy, CommandResult, Host
 from remote_bash.session import RemoteBashSession
 
 from .sshd import TestHosts, processes_with
+from .waiting import wait_for
 
 # Every host runs this; per-host env decides how it behaves.
 COMMAND = 'sleep "${SLEEP:-0}"; echo "${MSG:-same}"; test -z "$FAIL"'
@@ -238,10 +239,8 @@ async def test_cancelling_kills_remote_commands_and_closes_sessions(plain: Fleet
 
     task = asyncio.create_task(fleet.exec(plain.inventory, "plain", f"sleep {mark}", forks=3,
                                           session_factory=tracking))
-    for _ in range(100):
-        await asyncio.sleep(0.05)
-        if len(processes_with(mark, hosts.user)) >= 3:
-            break
+    await wait_for(lambda: len(processes_with(mark, hosts.user)) >= 3, within=10, what="the command on all three hosts",
+                   show=lambda: processes_with(mark, hosts.user))
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -13,9 +13,8 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from remote_bash.models import Host
 
 from .sshd import TestHosts, processes_with
 from .test_cli import CLI, audit_records, base_env, cli, host_entry, write_inventory
+from .waiting import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -58,15 +58,6 @@ def daemon_pids(env: dict[str, str]) -> list[int]:
         if b"remote_bash.cli._keepd" in cmdline and state in cmdline:
             pids.append(int(proc.name))
     return pids
-
-
-def until(condition: Callable[[], object], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 def sessions(env: dict[str, str]) -> list[dict[str, object]]:
@@ -116,7 +107,7 @@ def test_unknown_host_is_refused_and_nothing_is_kept(env: dict[str, str]) -> Non
     assert out.returncode == 127
     assert len(out.stderr.splitlines()) == 1
     assert "no-such-host" in out.stderr
-    until(lambda: not daemon_pids(env), "the background process of a refused host to exit")
+    wait_until(lambda: not daemon_pids(env), within=20, what="the background process of a refused host to exit")
     assert sessions(env) == []
 
 
@@ -141,7 +132,7 @@ def test_ctrl_c_kills_the_remote_command_and_exits_130(env: dict[str, str], host
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "started\n"
-        until(lambda: processes_with(f"sleep 88.{marker}", hosts.user), "the command to start")
+        wait_until(lambda: processes_with(f"sleep 88.{marker}", hosts.user), within=20, what="the command to start")
         proc.send_signal(signal.SIGINT)
         assert proc.wait(20) == 130
     finally:
@@ -204,22 +195,24 @@ def test_sessions_lists_and_stop_stops(env: dict[str, str], hosts: TestHosts) ->
     stopped = cli(env, "sessions", "stop", "keep-a")
     assert stopped.returncode == 0 and "keep-a" in stopped.stdout
     assert [s["host"] for s in sessions(env)] == ["keep-b"]
-    until(lambda: not processes_with(f"sleep 66.{marker}", hosts.user), "the kept session's leftovers to stop")
+    wait_until(lambda: not processes_with(f"sleep 66.{marker}", hosts.user),
+               within=20, what="the kept session's leftovers to stop")
     assert cli(env, "sessions", "stop", "keep-a").returncode == 1
     assert cli(env, "sessions", "stop").returncode == 2  # neither a host nor --all
     helped = cli(env, "sessions", "--help")
     assert helped.returncode == 0 and "example:" in helped.stdout and "sessions stop --all" in helped.stdout
     assert cli(env, "sessions", "stop", "--all").returncode == 0
     assert sessions(env) == []
-    until(lambda: not daemon_pids(env), "the background processes to exit")
+    wait_until(lambda: not daemon_pids(env), within=20, what="the background processes to exit")
 
 
 def test_idle_timeout_ends_the_process_and_what_it_left_running(env: dict[str, str], hosts: TestHosts) -> None:
     marker = str(uuid.uuid4().int)[:9]
     out = cli(env, "exec", "--keep-idle", "1", "keep-a", "--", f"sleep 55.{marker} & echo ok")
     assert out.stdout == "ok\n", out.stderr
-    until(lambda: not daemon_pids(env), "the idle background process to exit")
-    until(lambda: not processes_with(f"sleep 55.{marker}", hosts.user), "the idle session's leftovers to stop")
+    wait_until(lambda: not daemon_pids(env), within=20, what="the idle background process to exit")
+    wait_until(lambda: not processes_with(f"sleep 55.{marker}", hosts.user),
+               within=20, what="the idle session's leftovers to stop")
     assert sessions(env) == []
 
 
@@ -283,7 +276,7 @@ def test_a_broken_inventory_is_one_line_and_nothing_is_kept(env: dict[str, str],
     out = cli({**env, "REMOTE_BASH_INVENTORY": str(broken)}, "exec", "--keep", "keep-a", "--", "true")
     assert out.returncode == 125, out.stderr
     assert len(out.stderr.splitlines()) == 1 and "broken.yaml" in out.stderr
-    until(lambda: not daemon_pids(env), "the background process to exit")
+    wait_until(lambda: not daemon_pids(env), within=20, what="the background process to exit")
 
 
 def test_another_user_cannot_use_the_socket(env: dict[str, str], hosts: TestHosts) -> None:

@@ -10,7 +10,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from remote_bash.models import Host
 
 from .sshd import TestHosts, processes_with
+from .waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 ElicitFn = Callable[[Any, types.ElicitRequestParams], Awaitable[types.ElicitResult]]
@@ -82,14 +82,6 @@ def _text(result: types.CallToolResult) -> str:
 def _records(audit: Path, host: str) -> list[dict[str, Any]]:
     path = audit / f"{host}.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-async def _until(check: Callable[[], bool], what: str, seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {seconds:g} s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def test_tools_and_schemas(lab: dict[str, Any], tmp_path: Path) -> None:
@@ -169,9 +161,10 @@ async def test_cancellation_kills_the_command_and_records_it(lab: dict[str, Any]
                     await client.call_tool("bash", {"host": "mcp-a", "command": f"bash -c 'sleep 300; : {marker}'"})
 
                 tg.start_soon(call)
-                await _until(lambda: bool(processes_with(marker, "rbtest")), "the command to start")
+                await wait_for(lambda: processes_with(marker, "rbtest"), within=60, what="the command to start")
                 tg.cancel_scope.cancel()
-        await _until(lambda: not processes_with(marker, "rbtest"), "the cancelled command to be killed")
+        await wait_for(lambda: not processes_with(marker, "rbtest"),
+                       within=60, what="the cancelled command to be killed")
         alive = await client.call_tool("bash", {"host": "mcp-a", "command": "echo still-here"})
         assert _text(alive).strip() == "still-here"
     ends = [r for r in _records(tmp_path, "mcp-a") if r["event"] == "exec.end" and marker in r["command"]]
@@ -183,10 +176,10 @@ async def test_client_going_away_closes_sessions_and_their_processes(lab: dict[s
     async with _client(lab, tmp_path) as client:
         await client.call_tool("bash", {"host": "mcp-a",
                                         "command": f"nohup bash -c 'sleep 300; : {marker}' >/dev/null 2>&1 &"})
-        await _until(lambda: bool(processes_with(marker, "rbtest")), "the background job")
-    await _until(lambda: any(r["event"] == "session.end" for r in _records(tmp_path, "mcp-a")),
-                 "the session to be closed")
-    await _until(lambda: not processes_with(marker, "rbtest"), "the background job to be stopped")
+        await wait_for(lambda: processes_with(marker, "rbtest"), within=60, what="the background job")
+    await wait_for(lambda: any(r["event"] == "session.end" for r in _records(tmp_path, "mcp-a")),
+                   within=60, what="the session to be closed")
+    await wait_for(lambda: not processes_with(marker, "rbtest"), within=60, what="the background job to be stopped")
 
 
 def _answer(decision: str, **extra: Any) -> ElicitFn:
@@ -270,14 +263,12 @@ async def test_http_transport_requires_the_token(lab: dict[str, Any], tmp_path: 
     )
     url = f"http://127.0.0.1:{port}/mcp"
     try:
-        deadline = time.monotonic() + 20
-        while True:
+        def listening() -> bool:
             with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert proc.returncode is None, "the server exited before listening"
-            assert time.monotonic() < deadline, "the HTTP server never listened"
-            await asyncio.sleep(0.1)
+                return probe.connect_ex(("127.0.0.1", port)) == 0 or proc.returncode is not None
+
+        await wait_for(listening, within=20, what="the HTTP server to listen")
+        assert proc.returncode is None, "the server exited before listening"
         async with httpx2.AsyncClient() as plain:
             denied = await plain.post(url, json={}, headers={"Authorization": "Bearer wrong"})
             assert denied.status_code == 401
@@ -304,8 +295,8 @@ def test_http_refuses_a_public_address_without_the_flag(lab: dict[str, Any], tmp
 async def test_idle_session_closes_and_comes_back(lab: dict[str, Any], tmp_path: Path) -> None:
     async with _client(lab, tmp_path, "--idle-timeout", "1") as client:
         await client.call_tool("bash", {"host": "mcp-a", "command": "export GONE=soon"})
-        await _until(lambda: any(r["event"] == "session.end" for r in _records(tmp_path, "mcp-a")),
-                     "the idle session to be closed")
+        await wait_for(lambda: any(r["event"] == "session.end" for r in _records(tmp_path, "mcp-a")),
+                       within=60, what="the idle session to be closed")
         back = await client.call_tool("bash", {"host": "mcp-a", "command": "echo \"[$GONE]\""})
         assert _text(back).strip() == "[]"  # a new session: the old shell's state went with it
     starts = [r for r in _records(tmp_path, "mcp-a") if r["event"] == "session.start"]

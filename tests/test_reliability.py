@@ -52,6 +52,7 @@ from remote_bash.sandbox import SshdServer, generate_keypair
 from remote_bash.tool import MAX_COMMAND_CHARS, format_result
 
 from .sshd import TestHosts, processes_with
+from .waiting import wait_for
 
 pytestmark = pytest.mark.reliability
 
@@ -102,17 +103,6 @@ def call_processes(call_id: str) -> list[int]:
     return found
 
 
-async def eventually(check: Callable[[], object], within: float) -> bool:
-    """Poll ``check`` until it is true or ``within`` seconds pass."""
-    end = time.monotonic() + within
-    while True:
-        if check():
-            return True
-        if time.monotonic() > end:
-            return False
-        await asyncio.sleep(0.05)
-
-
 def start_command(session: RemoteBashSession, command: str,
                   timeout: float = 30.0) -> tuple[asyncio.Task[CommandResult], list[str]]:
     """Run ``command`` in a task; the list collects the output streamed so far."""
@@ -122,9 +112,9 @@ def start_command(session: RemoteBashSession, command: str,
 
 async def until_running(mark: str, user: str, seen: list[str] | None = None) -> None:
     """Wait until the process marked ``mark`` runs (and, for a chatty one, its ticks arrive)."""
-    assert await eventually(lambda: processes_with(mark, user), 10), f"{mark} never started"
+    await wait_for(lambda: processes_with(mark, user), within=10, what=f"{mark} to start")
     if seen is not None:
-        assert await eventually(lambda: "tick" in "".join(seen), 10), f"no output came: {seen}"
+        await wait_for(lambda: "tick" in "".join(seen), within=10, what="its output", show=lambda: seen)
 
 
 def chatty(mark: str) -> str:
@@ -153,8 +143,9 @@ def assert_names_host(exc: RemoteBashError, host: Host) -> None:
 
 async def assert_nothing_left(mark: str, call_id: str, user: str) -> None:
     """No process of the command is left on the host (a few seconds allowed for it to die)."""
-    gone = await eventually(lambda: not processes_with(mark, user) and not call_processes(call_id), 5)
-    assert gone, f"left behind: {processes_with(mark, user)} / tagged pids {call_processes(call_id)}"
+    await wait_for(lambda: not processes_with(mark, user) and not call_processes(call_id), within=5,
+                   what="the command's processes to end",
+                   show=lambda: f"left behind: {processes_with(mark, user)} / tagged pids {call_processes(call_id)}")
 
 
 def kill_all(pids: list[int], sig: signal.Signals) -> None:
@@ -393,8 +384,10 @@ async def test_remote_shell_killed_while_idle(shared_host: Host, audit: AuditLog
         assert session.info is not None
         old = session.info.shell_pid
         os.kill(old, signal.SIGKILL)
-        assert await eventually(lambda: not alive(old), 5)
-        await asyncio.sleep(0.5)  # for sshd to report the shell's end and close its channel
+        await wait_for(lambda: not alive(old), within=5, what="the shell to die")
+        shell = session._shell
+        assert shell is not None
+        await wait_for(lambda: shell.closed.is_set() or shell.exited, within=10, what="sshd to report the shell's end")
         started = time.monotonic()
         result = await asyncio.wait_for(session.run('echo "state=${STATE-gone}"'), 15)
         assert time.monotonic() - started < 5
@@ -415,7 +408,7 @@ async def test_remote_shell_killed_while_a_command_runs(shared_host: Host, hosts
         assert session.info is not None
         old = session.info.shell_pid
         task, seen = start_command(session, command)
-        assert await eventually(lambda: "tick" in "".join(seen), 10)
+        await wait_for(lambda: "tick" in "".join(seen), within=10, what="the command's output", show=lambda: seen)
         os.kill(old, signal.SIGKILL)
         result = await asyncio.wait_for(task, 15)
         assert result.duration < 5
@@ -488,8 +481,8 @@ async def test_connection_loss_leaves_no_silent_command_running(start_host: Star
             with pytest.raises(ConnectionLost):
                 await asyncio.wait_for(task, 15)
             assert (await asyncio.wait_for(session.run("echo next"), 15)).output == "next\n"
-            left = await eventually(lambda: not processes_with(mark, hosts.user), 3)
-            assert left, f"still running after the reconnect: {processes_with(mark, hosts.user)}"
+            await wait_for(lambda: not processes_with(mark, hosts.user), within=3, what="the orphan to be stopped",
+                           show=lambda: processes_with(mark, hosts.user))
     finally:
         kill_all([int(line.split()[0]) for line in processes_with(mark, hosts.user)], signal.SIGKILL)
 
@@ -503,8 +496,8 @@ async def test_sshd_stop_ends_the_connections_it_serves(start_host: StartHost, h
         assert pids
         try:
             server.stop(connections=True)
-            gone = await eventually(lambda: not any(alive(pid) for pid in pids), 3)
-            assert gone, f"connection processes {[p for p in pids if alive(p)]} outlived stop()"
+            await wait_for(lambda: not any(alive(pid) for pid in pids), within=3, what="stop() to end the connections",
+                           show=lambda: [p for p in pids if alive(p)])
         finally:
             kill_all(pids, signal.SIGTERM)
 

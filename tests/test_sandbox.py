@@ -14,9 +14,8 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from remote_bash.sandbox._local import local_refusal
 
 from .docker_env import HOW_TO_RUN
 from .messages_server import MessagesServer, Reply, text, tool_use
+from .waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "remote_bash.cli"]
@@ -277,8 +277,8 @@ def test_sandbox_start_status_exec_stop(operator: dict[str, str], backend: str, 
     else:
         assert state["user"] not in Path("/etc/passwd").read_text()
         assert not Path(state["workdir"]).exists()
-        assert gone_within(lambda: not Path(f"/proc/{state['pid']}/cmdline").exists()
-                           or not Path(f"/proc/{state['pid']}/cmdline").read_bytes(), 10), "sshd still runs"
+        wait_until(lambda: not Path(f"/proc/{state['pid']}/cmdline").exists()
+                   or not Path(f"/proc/{state['pid']}/cmdline").read_bytes(), within=10, what="the sandbox sshd to end")
 
 
 def _owned_by(uid: int) -> list[str]:
@@ -323,16 +323,6 @@ def test_local_sandbox_stop_removes_what_the_user_left_in_temp_dirs_and_ipc(oper
         cli(env, "sandbox", "stop")
         for path in made:
             shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else Path(path).unlink(missing_ok=True)
-
-
-def gone_within(check: Callable[[], bool], seconds: float) -> bool:
-    """Poll ``check`` until it holds or ``seconds`` pass."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
 
 
 # -- the pytest plugin users enable (remote_bash.testing) --------------------------------------------------

@@ -26,6 +26,7 @@ from remote_bash import (
 )
 
 from .sshd import TestHosts, processes_with
+from .waiting import wait_for
 
 
 def marker() -> str:
@@ -211,7 +212,7 @@ async def test_timeout_kills_the_command_tree_and_keeps_the_shell(session: Remot
     await session.run("export KEEP=1; cd /tmp")
     started = time.monotonic()
     r = await session.run(
-        f"echo started; bash -c 'sleep 1000 # {mark}-child & bash -c \"sleep 1000 # {mark}-grandchild\" & wait'",
+        f"echo started; bash -c 'sleep 1000 # {mark}-child & bash -c \"sleep 1000; : {mark}-grandchild\" & wait'",
         timeout=1,
     )
     elapsed = time.monotonic() - started
@@ -226,7 +227,7 @@ async def test_timeout_kills_the_command_tree_and_keeps_the_shell(session: Remot
 
 async def test_command_ignoring_int_and_term_is_killed(session: RemoteBashSession, hosts: TestHosts) -> None:
     mark = marker()
-    r = await session.run(f"bash -c \"trap '' INT TERM; sleep 1000 # {mark}\"", timeout=1)
+    r = await session.run(f"bash -c \"trap '' INT TERM; sleep 1000; : {mark}\"", timeout=1)
     assert r.timed_out
     assert r.kill is not None and "KILL" in r.kill.signals and r.kill.survivors == 0
     assert not r.kill.shell_replaced
@@ -282,11 +283,8 @@ async def test_timeout_is_clamped_to_the_host_maximum(hosts: TestHosts, web1: Ho
 
 async def test_cancelling_a_run_kills_the_remote_command(session: RemoteBashSession, hosts: TestHosts) -> None:
     mark = marker()
-    task = asyncio.create_task(session.run(f"bash -c 'sleep 1000 # {mark}'"))
-    for _ in range(100):
-        if processes_with(mark, hosts.user):
-            break
-        await asyncio.sleep(0.05)
+    task = asyncio.create_task(session.run(f"bash -c 'sleep 1000; : {mark}'"))
+    await wait_for(lambda: processes_with(mark, hosts.user), within=10, what="the command to start")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -325,7 +323,8 @@ async def test_output_limit_is_configurable(web1: Host) -> None:
 async def test_restart_gives_a_clean_shell_and_stops_old_processes(session: RemoteBashSession,
                                                                    hosts: TestHosts) -> None:
     mark = marker()
-    await session.run(f"cd /tmp; export OLD=1; bash -c 'sleep 1000 # {mark}' &")
+    await session.run(f"cd /tmp; export OLD=1; bash -c 'sleep 1000; : {mark}' &")
+    await wait_for(lambda: processes_with(mark, hosts.user), within=10, what="the background job to start")
     old_pid = session.info.shell_pid if session.info else 0
     info = await session.restart()
     assert info.shell_pid != old_pid
@@ -359,10 +358,7 @@ async def test_connection_loss_mid_command_is_reported_not_retried(hosts: TestHo
     async with RemoteBashSession(host) as s:
         mark = marker()
         task = asyncio.create_task(s.run(f"echo begun; touch /tmp/{mark}; sleep 30", timeout=60))
-        for _ in range(100):
-            if Path(f"/tmp/{mark}").exists():
-                break
-            await asyncio.sleep(0.05)
+        await wait_for(Path(f"/tmp/{mark}").exists, within=10, what="the command to start")
         started = time.monotonic()
         for pid in _session_sshd_pids(server.pid):
             os.kill(pid, signal.SIGKILL)
@@ -439,30 +435,27 @@ async def test_timeout_in_a_command_substitution_keeps_the_shell(session: Remote
 async def test_a_second_cancel_does_not_leak_into_the_next_call(session: RemoteBashSession,
                                                                  hosts: TestHosts) -> None:
     mark = marker()
-    task = asyncio.create_task(session.run(f"bash -c \"trap '' INT TERM; sleep 1000 # {mark}\"", timeout=30))
-    for _ in range(100):
-        if processes_with(mark, hosts.user):
-            break
-        await asyncio.sleep(0.05)
+    # It outlives INT (noting that the kill began) and TERM: only the last round, KILL, ends it.
+    command = f"bash -c \"trap 'touch /tmp/{mark}.int' INT; trap '' TERM; while :; do sleep 0.05; done; : {mark}\""
+    task = asyncio.create_task(session.run(command, timeout=30))
+    await wait_for(lambda: processes_with(mark, hosts.user), within=10, what="the command to start")
     task.cancel()
-    await asyncio.sleep(0.2)
+    await wait_for(Path(f"/tmp/{mark}.int").exists, within=10, what="the kill to begin")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     r = await session.run("echo after-double")
     assert r.output == "after-double\n"
     assert processes_with(mark, hosts.user) == []
+    Path(f"/tmp/{mark}.int").unlink()
 
 
 async def test_close_interrupts_a_running_command(web1: Host, hosts: TestHosts) -> None:
     mark = marker()
     s = RemoteBashSession(web1, kill_grace=0.3)
     await s.start()
-    task = asyncio.create_task(s.run(f"bash -c 'sleep 1000 # {mark}'", timeout=60))
-    for _ in range(100):
-        if processes_with(mark, hosts.user):
-            break
-        await asyncio.sleep(0.05)
+    task = asyncio.create_task(s.run(f"bash -c 'sleep 1000; : {mark}'", timeout=60))
+    await wait_for(lambda: processes_with(mark, hosts.user), within=10, what="the command to start")
     started = time.monotonic()
     await s.close()
     assert time.monotonic() - started < 10
@@ -521,11 +514,9 @@ async def test_a_private_key_cut_in_half_by_truncation_is_still_masked(session: 
 async def test_background_output_after_a_call_opens_the_next_one(session: RemoteBashSession) -> None:
     await session.run("(head -c 1000000 /dev/zero | tr '\\0' a; echo; echo BGTAIL) &")
     expected = 1_000_000 + len("\nBGTAIL\n")
-    for _ in range(200):  # the job prints between calls; wait (bounded) until all of it arrived
-        between = session._between
-        if between is not None and between.total >= expected:
-            break
-        await asyncio.sleep(0.05)
+    # The job prints between calls: all of it must have arrived before the next call.
+    await wait_for(lambda: session._between is not None and session._between.total >= expected, within=10,
+                   what="the background job's output", show=lambda: session._between and session._between.total)
     r = await session.run("echo next")
     assert r.truncated
     assert r.output_bytes == 1_000_000 + len("\nBGTAIL\nnext\n")

@@ -4,12 +4,10 @@ and rewrite their environment (with and without a per-login cgroup), kill noise,
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import re
 import signal
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -21,6 +19,7 @@ from remote_bash.tool import format_result
 
 from .cgroup_sshd import cgroup_sshd, cgroup_support, members
 from .sshd import TestHosts, processes_with
+from .waiting import wait_for
 
 
 def marker() -> str:
@@ -40,15 +39,6 @@ def _reaped(mark: str, user: str) -> Iterator[None]:
         for pid in _pids(mark, user):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-
-
-async def _until(predicate: object, what: str, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 # -- the shell's own stdout and stderr ------------------------------------------------------
@@ -133,7 +123,8 @@ async def test_kill_0_in_a_script_stops_that_scripts_processes(session: RemoteBa
                               timeout=20)
         assert not r.shell_lost and not r.timed_out
         assert "status=143" in r.output
-        await _until(lambda: not processes_with(mark, hosts.user), "the script's worker to be stopped")
+        await wait_for(lambda: not processes_with(mark, hosts.user),
+                       within=10, what="the script's worker to be stopped")
         assert (await session.run("pwd; echo $KEEP")).output == "/tmp\nkept\n"
 
 
@@ -265,7 +256,8 @@ async def test_in_a_login_cgroup_a_timeout_stops_daemons_that_rewrote_their_envi
         r = await cg_session.run(ESCAPES[escape].format(mark=mark) + "; echo started; sleep 100", timeout=1.5)
         assert r.timed_out and r.kill is not None
         assert r.kill.cgroup and r.kill.unchecked is None and r.kill.survivors == 0
-        await _until(lambda: not processes_with(mark, hosts.user), f"the {escape} daemon to be stopped")
+        await wait_for(lambda: not processes_with(mark, hosts.user),
+                       within=10, what=f"the {escape} daemon to be stopped")
         alive = await cg_session.run(f"kill -0 {earlier.output.strip()} && echo earlier-job-alive; kill %1")
         assert "earlier-job-alive" in alive.output
 
@@ -277,12 +269,12 @@ async def test_in_a_login_cgroup_restart_and_close_stop_every_daemon(cgroup_host
         session = RemoteBashSession(cgroup_host[0], kill_grace=0.5)
         await session.start()
         await session.run(ESCAPES["double fork"].format(mark=mark + "a"))
-        await _until(lambda: processes_with(mark + "a", hosts.user), "the first daemon to start")
+        await wait_for(lambda: processes_with(mark + "a", hosts.user), within=10, what="the first daemon to start")
         await session.restart()
         assert session.last_kill is not None and session.last_kill.cgroup and session.last_kill.unchecked is None
-        await _until(lambda: not processes_with(mark + "a", hosts.user), "restart to stop the daemon")
+        await wait_for(lambda: not processes_with(mark + "a", hosts.user), within=10, what="restart to stop the daemon")
         await session.run(ESCAPES["env -i setsid"].format(mark=mark + "b"))
-        await _until(lambda: processes_with(mark + "b", hosts.user), "the second daemon to start")
+        await wait_for(lambda: processes_with(mark + "b", hosts.user), within=10, what="the second daemon to start")
         report = await session.close()
         assert report is not None and report.cgroup and report.unchecked is None
-        await _until(lambda: not processes_with(mark + "b", hosts.user), "close to stop the daemon")
+        await wait_for(lambda: not processes_with(mark + "b", hosts.user), within=10, what="close to stop the daemon")
