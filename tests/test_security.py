@@ -30,7 +30,8 @@ from keyring.backend import KeyringBackend
 from keyring.backends import fail
 from keyrings.alt.file import PlaintextKeyring
 
-from remote_bash import _ssh, credentials
+from remote_bash import credentials
+from remote_bash._ssh import hostkeys
 from remote_bash.access import Gate
 from remote_bash.credentials import acredentials_for, credentials_for, reset_keyring_state, set_secret
 from remote_bash.errors import ConnectError, HostKeyChanged, HostKeyError, SelectionError
@@ -216,7 +217,7 @@ def test_concurrent_accept_new_appends_whole_lines(tmp_path: Path) -> None:
     other = other_key(tmp_path)
     known.write_text(f"elsewhere.example {other}")
     key = asyncssh.import_public_key(other)
-    threads = [threading.Thread(target=_ssh._append_known_host,
+    threads = [threading.Thread(target=hostkeys.append_known_host,
                                 args=(known, Host(name=f"h{i}", hostname=f"h{i}.example", port=2200 + i), key))
                for i in range(16)]
     for thread in threads:
@@ -235,12 +236,12 @@ def test_known_hosts_cache_sees_a_same_size_edit_with_the_old_mtime(tmp_path: Pa
         Path(f"{generate_keypair(tmp_path / 'third_key', 'third')}.pub").read_text().split()[:2])
     known.write_text(f"[h.example]:2222 {old}\n")
     before = known.stat()
-    assert _ssh._read_known_hosts(known).match("h.example", "", 2222)[0][0].public_data == \
+    assert hostkeys.read_known_hosts(known).match("h.example", "", 2222)[0][0].public_data == \
         asyncssh.import_public_key(old).public_data
     known.write_text(f"[h.example]:2222 {new}\n")
     os.utime(known, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert known.stat().st_size == before.st_size
-    assert _ssh._read_known_hosts(known).match("h.example", "", 2222)[0][0].public_data == \
+    assert hostkeys.read_known_hosts(known).match("h.example", "", 2222)[0][0].public_data == \
         asyncssh.import_public_key(new).public_data
 
 

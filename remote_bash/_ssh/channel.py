@@ -1,0 +1,92 @@
+"""The shell channel: one exec channel running a long-lived process, its bytes delivered by callback.
+
+No buffering between asyncssh and the session: each chunk goes to ``on_data`` as it arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import asyncssh
+
+from remote_bash.errors import ConnectionLost
+
+__all__ = ["ShellChannel", "ShellSession"]
+
+
+class ShellSession(asyncssh.SSHClientSession[bytes]):
+    """Delivers channel bytes to a callback as they arrive: no stream buffering in between."""
+
+    def __init__(self, owner: ShellChannel) -> None:
+        self._owner = owner
+
+    def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
+        self._owner._on_data(data)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._owner._on_closed(exc)
+
+    # The shell's exit is reported before the channel closes: the channel stays open while a
+    # child of the dead shell still holds its stdout, so waiting for the close could take long.
+    def exit_status_received(self, status: int) -> None:
+        self._owner._on_exited()
+
+    def exit_signal_received(self, signal: str, core_dumped: bool, msg: str, lang: str) -> None:
+        self._owner._on_exited()
+
+
+class ShellChannel:
+    """One exec channel running a long-lived process, read through a data callback."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.closed = asyncio.Event()
+        self.exited = False
+        self.close_error: Exception | None = None
+        self.on_data: Callable[[bytes], None] = lambda _data: None
+        self.on_closed: Callable[[], None] = lambda: None
+        self._chan: asyncssh.SSHClientChannel[bytes] | None = None
+
+    def _on_data(self, data: bytes) -> None:
+        self.on_data(data)
+
+    def _on_closed(self, exc: Exception | None) -> None:
+        self.close_error = exc
+        self.closed.set()
+        self.on_closed()
+
+    def _on_exited(self) -> None:
+        self.exited = True
+        self.on_closed()
+
+    def write(self, data: bytes) -> None:
+        """Send bytes to the process's stdin; raises ConnectionLost when the channel is gone."""
+        if self._chan is None or self.closed.is_set():
+            raise ConnectionLost("the shell channel is closed", host=self.host)
+        try:
+            self._chan.write(data)
+        except (asyncssh.Error, OSError, BrokenPipeError) as exc:
+            raise ConnectionLost(f"writing to the shell failed: {exc}", host=self.host) from exc
+
+    @property
+    def exit_status(self) -> int | None:
+        """The process's exit status; None when it died of a signal or is still running."""
+        if self._chan is None:
+            return None
+        status = self._chan.get_exit_status()
+        return None if status is None or status < 0 else status
+
+    @property
+    def exit_signal(self) -> str | None:
+        if self._chan is None:
+            return None
+        sig = self._chan.get_exit_signal()
+        return None if sig is None else sig[0]
+
+    def close(self) -> None:
+        if self._chan is not None:
+            self._chan.close()

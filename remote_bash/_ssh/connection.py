@@ -1,0 +1,310 @@
+"""Connections: open one (through jump hosts), its exec channels and side commands, its SFTP client.
+
+Nothing here retries anything that could run a command twice: a failed connect is reported,
+never re-tried behind the caller's back (the fleet layer decides about retries, and only for
+connects). A host is reached only with the keys its credential setting names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+from remote_bash.errors import ConfigError, ConnectionLost, HostKeyError, KnownHostsMissing
+from remote_bash.models import Host
+
+from .channel import ShellChannel, ShellSession
+from .hostkeys import Client, HostKeyCheck, default_known_hosts
+from .mapping import map_error
+from .sftp import SftpFiles
+
+__all__ = ["Credentials", "SshConnection", "connect"]
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What to offer a host: keys, their passphrase, a password, and whether to use the agent."""
+
+    use_agent: bool = True
+    key_files: Sequence[Path] = ()
+    passphrase: str | None = None
+    password: str | None = None
+    keys: Sequence[Any] = ()
+    """Already-loaded private keys (asyncssh key objects), offered before key_files."""
+
+
+class SshConnection:
+    """An open SSH connection to one host (possibly through jump hosts)."""
+
+    def __init__(self, host: Host, conn: asyncssh.SSHClientConnection, hops: list[asyncssh.SSHClientConnection],
+                 check: HostKeyCheck, lost: asyncio.Event) -> None:
+        self.host = host
+        self._conn = conn
+        self._hops = hops
+        key = conn.get_server_host_key()
+        self.host_key_fingerprint = key.get_fingerprint("sha256") if key is not None else check.seen
+        """SHA-256 fingerprint of the host key this connection accepted."""
+        self.host_key_accepted_new = check.accepted_new
+        vouched = key is not None and not check.accepted_new and all(
+            k.public_data != key.public_data for k in check.trusted)
+        self.host_key_ca = ", ".join(k.get_fingerprint("sha256") for k in check.authorities) if vouched else ""
+        """When the key was accepted through a host certificate: the fingerprint of the CA(s) listed
+        for the host that could have signed it; empty for a key pinned as such."""
+        self.lost = lost
+        self.lost_error: Exception | None = None
+        peer = conn.get_extra_info("peername")
+        self.peer_address = f"{peer[0]}:{peer[1]}" if peer else host.address
+        self._sftp: SftpFiles | None = None
+        self._sftp_missing = False
+        self._sftp_lock = asyncio.Lock()
+
+    @property
+    def is_closed(self) -> bool:
+        return self.lost.is_set()
+
+    async def open_shell(self, command: str) -> ShellChannel:
+        """Start ``command`` on a new exec channel without a pty."""
+        shell = ShellChannel(self.host.name)
+        try:
+            opening = asyncio.ensure_future(self._conn.create_session(
+                lambda: ShellSession(shell), command, encoding=None, request_pty=False
+            ))
+            await self._nudge_until(opening)
+            chan, _session = await opening
+        except (asyncssh.Error, OSError) as exc:
+            raise map_error(exc, self.host, during="opening the shell channel") from exc
+        shell._chan = chan
+        return shell
+
+    async def _nudge_until(self, pending: asyncio.Future[Any]) -> None:
+        """Wait for ``pending`` while sending tiny SSH_MSG_DEBUG packets every 2 ms (for 100 ms
+        at most). OpenSSH sets TCP_NODELAY only on sessions with a pty, so its second reply to a
+        channel request waits for our ACK, which the kernel delays by up to 40 ms when we have
+        nothing to send: each packet carries that ACK at once."""
+        for _ in range(50):
+            done, _ = await asyncio.wait([pending], timeout=0.002)
+            if done or self.lost.is_set():
+                return
+            self._conn.send_debug("")
+
+    async def run_side(self, command: str, *, timeout: float) -> tuple[int | None, str]:
+        """Run a short command on a separate channel (used to kill a runaway command).
+
+        Returns (exit status, stdout+stderr). Raises ConnectionLost when the connection is gone.
+        """
+        try:
+            result = await asyncio.wait_for(
+                self._conn.run(command, check=False, stdin=asyncssh.DEVNULL, stderr=asyncssh.STDOUT),
+                timeout,
+            )
+        except TimeoutError as exc:
+            raise ConnectionLost(
+                f"a control command did not answer within {timeout:g} s", host=self.host.name
+            ) from exc
+        except (asyncssh.Error, OSError) as exc:
+            raise map_error(exc, self.host, during="running a control command") from exc
+        out = result.stdout
+        text = out if isinstance(out, str) else (out or b"").decode("utf-8", "replace")
+        return result.exit_status, text
+
+    async def exec_bytes(self, command: str, stdin: bytes, *, timeout: float) -> tuple[int | None, bytes, bytes]:
+        """Run ``command`` on a new exec channel with ``stdin`` as its input; bytes in, bytes out.
+
+        Returns (exit status, stdout, stderr). Raises ConnectionLost when the connection is gone
+        or the command does not end within ``timeout``.
+        """
+        try:
+            result = await asyncio.wait_for(
+                self._conn.run(command, input=stdin, check=False, encoding=None), timeout)
+        except TimeoutError as exc:
+            raise ConnectionLost(f"a file command did not answer within {timeout:g} s", host=self.host.name) from exc
+        except (asyncssh.Error, OSError) as exc:
+            raise map_error(exc, self.host, during="running a file command") from exc
+        out, err = result.stdout, result.stderr
+        return (result.exit_status,
+                out if isinstance(out, bytes) else (out or "").encode(),
+                err if isinstance(err, bytes) else (err or "").encode())
+
+    async def sftp(self, *, timeout: float) -> SftpFiles | None:
+        """This connection's SFTP client, started on first use; None when the host has no ``sftp``
+        subsystem (remembered for the connection's life)."""
+        async with self._sftp_lock:
+            if self._sftp is not None and not self._sftp.closed:
+                return self._sftp
+            if self._sftp_missing:
+                return None
+            try:
+                client = await asyncio.wait_for(
+                    self._conn.start_sftp_client(path_errors="surrogateescape"), timeout)
+            except TimeoutError as exc:
+                raise ConnectionLost(f"the SFTP subsystem did not answer within {timeout:g} s",
+                                     host=self.host.name) from exc
+            except (asyncssh.ChannelOpenError, asyncssh.SFTPError) as exc:
+                if self.is_closed:
+                    raise map_error(exc, self.host, during="starting SFTP") from exc
+                self._sftp_missing = True  # the server refused the subsystem: no SFTP here
+                return None
+            except (asyncssh.Error, OSError) as exc:
+                raise map_error(exc, self.host, during="starting SFTP") from exc
+            self._sftp = SftpFiles(self.host, client)
+            return self._sftp
+
+    async def close(self) -> None:
+        if self._sftp is not None:
+            self._sftp.close()
+        for conn in [self._conn, *reversed(self._hops)]:
+            conn.close()
+        for conn in [self._conn, *reversed(self._hops)]:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.wait_closed(), 5)
+
+
+async def _connect_one(host: Host, creds: Credentials, tunnel: asyncssh.SSHClientConnection | None,
+                       on_lost: Callable[[Exception | None], None], via: str | None) -> tuple[
+                           asyncssh.SSHClientConnection, HostKeyCheck]:
+    known_hosts = host.known_hosts or default_known_hosts()
+    if host.host_key_policy == "strict" and not known_hosts.exists():
+        raise KnownHostsMissing(
+            f"known_hosts file {known_hosts} does not exist, so the key of {host.hostname} cannot be "
+            "checked. Create it with the host's key (ssh-keyscan), point known_hosts at the right file, "
+            "or set host_key_policy: accept-new",
+            host=host.name,
+        )
+    _check_key_files(host, creds)
+    try:
+        check = HostKeyCheck.load(host, known_hosts)
+    except (OSError, ValueError) as exc:
+        raise HostKeyError(f"cannot read known_hosts file {known_hosts}: {exc}", host=host.name) from exc
+    agent, agent_keys, agent_note = await _agent_keys(host, creds)
+    check.offered = _offered(creds, agent_note)
+    client_keys: list[Any] = [*agent_keys, *creds.keys, *(str(p) for p in creds.key_files)]
+    options: dict[str, Any] = {
+        "port": host.port,
+        "username": host.user or _local_user(),
+        # The only trust asyncssh gets is what the configured file pins for this name and port;
+        # anything else reaches _Client, which refuses it (or records it under accept-new).
+        "known_hosts": check.pins(),
+        "server_host_key_algs": check.host_key_algorithms(),
+        "x509_trusted_certs": None,
+        # None, never (): asyncssh reads ~/.ssh/id_* for () or an empty list, and a host must be
+        # reached only with the keys its credential setting names. The agent's keys are in the list.
+        "client_keys": client_keys or None,
+        "agent_path": None,
+        "passphrase": creds.passphrase,
+        "password": creds.password,
+        "keepalive_interval": host.keepalive_interval or None,
+        "keepalive_count_max": 3,
+        "login_timeout": host.connect_timeout,
+        "connect_timeout": host.connect_timeout,
+        "config": None,
+        "tunnel": tunnel,
+        "preferred_auth": "publickey,keyboard-interactive,password",
+        "kbdint_auth": creds.password is not None,
+        "password_auth": creds.password is not None,
+    }
+    try:
+        conn = await asyncio.wait_for(
+            asyncssh.connect(host.hostname, client_factory=lambda: Client(check, on_lost), **options),
+            host.connect_timeout + 1,
+        )
+    except asyncio.CancelledError:
+        raise
+    except (asyncssh.Error, OSError, TimeoutError, ValueError) as exc:
+        raise map_error(exc, host, check=check, via=via) from exc
+    finally:
+        if agent is not None:
+            agent.close()  # its keys signed during authentication, which is over
+    return conn, check
+
+
+def _check_key_files(host: Host, creds: Credentials) -> None:
+    """A key login needs a key file that exists: say so in one line rather than let asyncssh fail
+    on it, or (with no file named) fall back to keys nobody configured for this host."""
+    if host.credential == "key" and not creds.key_files and not creds.keys:
+        raise ConfigError(
+            f"credential: key needs identity_file: set identity_file for {host.name} in the inventory "
+            "(no other key is tried)", host=host.name,
+        )
+    for path in creds.key_files:
+        if not Path(path).expanduser().is_file():
+            raise ConfigError(f"identity_file {path} does not exist: fix identity_file for {host.name} "
+                              "in the inventory", host=host.name)
+
+
+async def _agent_keys(host: Host, creds: Credentials) -> tuple[asyncssh.SSHAgentClient | None, list[Any], str]:
+    """The keys ssh-agent holds (at SSH_AUTH_SOCK), when the credentials use the agent, and what
+    to say about them when authentication fails; none when there is no agent or it does not
+    answer within the connect deadline."""
+    if not creds.use_agent:
+        return None, [], ""
+    path = os.environ.get("SSH_AUTH_SOCK", "")
+    if not path:
+        return None, [], "no ssh-agent (SSH_AUTH_SOCK is not set)"
+    agent = asyncssh.SSHAgentClient(path)
+    try:
+        keys = await asyncio.wait_for(agent.get_keys(), host.connect_timeout)
+    except asyncio.CancelledError:
+        agent.close()
+        raise
+    except (ValueError, OSError, TimeoutError) as exc:
+        agent.close()
+        return None, [], f"no keys from ssh-agent ({path}: {exc or type(exc).__name__})"
+    return agent, list(keys), f"{len(keys)} key(s) from ssh-agent"
+
+
+def _offered(creds: Credentials, agent_note: str) -> str:
+    parts = [agent_note] if agent_note else []
+    parts.extend(f"identity file {p}" for p in creds.key_files)
+    if creds.keys:
+        parts.append(f"{len(creds.keys)} loaded key(s)")
+    if creds.password is not None:
+        parts.append("a password from the keyring")
+    return ", ".join(parts) or "nothing"
+
+
+def _local_user() -> str:
+    import getpass
+
+    return getpass.getuser()
+
+
+async def connect(chain: Sequence[Host], credentials: Sequence[Credentials]) -> SshConnection:
+    """Open a connection to ``chain[-1]`` through the jump hosts ``chain[:-1]``, first hop first.
+
+    ``credentials`` has one entry per element of ``chain``. Errors name the host that failed.
+    """
+    if not chain or len(chain) != len(credentials):
+        raise ValueError("connect needs one Credentials per host in the chain")
+    lost = asyncio.Event()
+    holder: list[SshConnection] = []
+
+    def on_lost(exc: Exception | None) -> None:
+        if holder:
+            holder[0].lost_error = exc
+        lost.set()
+
+    hops: list[asyncssh.SSHClientConnection] = []
+    tunnel: asyncssh.SSHClientConnection | None = None
+    try:
+        for i, (hop, creds) in enumerate(zip(chain, credentials, strict=True)):
+            last = i == len(chain) - 1
+            via = chain[i - 1].name if i else None
+            conn, check = await _connect_one(hop, creds, tunnel, on_lost if last else (lambda _e: lost.set()), via)
+            if last:
+                ssh = SshConnection(chain[-1], conn, hops, check, lost)
+                holder.append(ssh)
+                return ssh
+            hops.append(conn)
+            tunnel = conn
+    except BaseException:
+        for conn in reversed(hops):
+            conn.close()
+        raise
+    raise AssertionError("unreachable")
