@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from remote_bash.cli._app import _parser
+from remote_bash.cli._keep import fast_args
 from remote_bash.models import Host
 
 from .sshd import TestHosts, processes_with
@@ -239,6 +241,62 @@ def test_a_kept_call_imports_no_ssh_stack_nor_models(env: dict[str, str]) -> Non
     heavy = {name for name in imported if name.split(".")[0] in ("asyncssh", "pydantic", "yaml", "anthropic")}
     assert not heavy
     assert not {"remote_bash.models", "remote_bash.session", "remote_bash.inventory"} & imported
+    # The plain shape never loads the parser either (the fast path of cli.main).
+    assert not {"argparse", "remote_bash.cli._app"} & imported
+
+
+# What the fast path reads must be what the parser reads; anything it does not read goes to the parser.
+_FIELDS = ("host", "inventory", "allow", "audit_dir", "debug", "keep", "keep_idle", "no_keep", "timeout", "json",
+           "words")
+
+
+def _parsed(words: list[str]) -> dict[str, object]:
+    cut = words.index("--")
+    args = _parser().parse_args(words[:cut])
+    args.words = words[cut + 1 :]
+    return {name: getattr(args, name) for name in _FIELDS}
+
+
+@pytest.mark.parametrize("line", [
+    "exec --keep web-1 -- true",
+    "exec web-1 --keep -- echo a b",
+    "exec --keep -- uptime",
+    "exec --no-keep web-1 -- true",
+    "exec web-1 -- true",
+    "--inventory /x.yaml --allow web exec --keep web-1 -- true",
+    "--inventory=/x.yaml exec --keep --audit-dir=/a --allow db --debug web-1 -- true",
+    "--allow web exec --allow db --keep web-1 -- true",
+    "exec --keep --keep-idle 30 --timeout 2.5 --json web-1 -- sleep 1 -- two",
+    "exec --keep --timeout 1e3 web-1 -- true",
+    "exec --keep --timeout inf exec -- true",
+    "--allow= exec --keep web-1 --",
+])
+def test_the_fast_path_reads_exec_exactly_as_the_parser(line: str) -> None:
+    words = line.split(" ")
+    fast = fast_args(words)
+    assert fast is not None, line
+    assert {name: getattr(fast, name) for name in _FIELDS} == _parsed(words)
+
+
+@pytest.mark.parametrize("line", [
+    "exec --keep web-1",  # no separator
+    "exec --keep web-1 db-1 -- true",  # a second host
+    "exec --help --keep web-1 -- true",
+    "exec --kee web-1 -- true",  # an abbreviation the parser would expand
+    "exec --keep --timeout 0 web-1 -- true",
+    "exec --keep --timeout nan web-1 -- true",
+    "exec --keep --timeout=5 web-1 -- true",
+    "exec --keep --timeout -- true",
+    "exec --keep --allow -- true",
+    "exec --keep --backend local -- true",
+    "exec --keep -x web-1 -- true",
+    "--debug=1 exec --keep web-1 -- true",
+    "shell web-1 -- exec",
+    "fleet exec web -- true",
+    "--inventory exec --keep -- true",  # exec is the value: no command
+])
+def test_the_fast_path_leaves_every_other_shape_to_the_parser(line: str) -> None:
+    assert fast_args(line.split(" ")) is None
 
 
 def test_death_mid_call_is_a_clear_error_and_nothing_is_run_again(env: dict[str, str], tmp_path: Path) -> None:

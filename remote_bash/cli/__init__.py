@@ -12,11 +12,18 @@ The package's modules, lowest layer first: ``_output`` (printing, exit statuses)
 the global options give every command, the built-in sandbox host included), the commands in
 ``_exec``, ``_run``, ``_admin``, ``_fleet`` and ``_sandbox``, and ``_app`` (the parser and :func:`main`), which
 imports a command's module only when that command runs.
+
+``exec --keep HOST -- COMMAND`` in its plain shape skips even the parser: :func:`main` hands it to
+``_keep``'s fast path, which loads the standard library, ``_output``, ``_paths`` and ``errors``
+only; anything else (or anything unusual in it) goes through the parser in ``_app``.
 """
 
 from __future__ import annotations
 
-from ._app import main
+import os
+import sys
+from collections.abc import Sequence
+
 from ._output import (
     EXIT_ERROR,
     EXIT_FAILED,
@@ -37,3 +44,17 @@ __all__ = [
     "EXIT_USAGE",
     "main",
 ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``remote-bash`` entry point; returns the exit status."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    if "--" in words and "exec" in words[: words.index("--")]:
+        from ._keep import fast_exec
+
+        status = fast_exec(words, os.environ)
+        if status is not None:
+            return status
+    from ._app import main as parse_and_run
+
+    return parse_and_run(words)

@@ -30,15 +30,25 @@ import time
 import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from remote_bash._paths import config_dir, open_private, private_dir, runtime_dir, state_dir
-from remote_bash.errors import SessionError
+from remote_bash.errors import RemoteBashError, SessionError
 
-from ._output import EXIT_FAILED, EXIT_INTERRUPTED, PROG, _err, _out, _table, _UsageError
+from ._output import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    PROG,
+    _err,
+    _exit_code,
+    _NoApiKey,
+    _one_line,
+    _out,
+    _table,
+    _UsageError,
+)
 
 if TYPE_CHECKING:
-    import argparse
     import subprocess
 
 PROTOCOL = 1
@@ -51,6 +61,23 @@ SETTING = "REMOTE_BASH_KEEP"
 
 class KeptSessionError(SessionError):
     """A kept session's background process could not be started, reached or trusted."""
+
+
+class KeepArgs(Protocol):
+    """What ``exec --keep`` reads of its options: an ``argparse.Namespace`` of ``exec``, or the fast
+    path's (:func:`fast_exec`), which has the same names and values."""
+
+    host: str | None
+    inventory: str | None
+    allow: str | None
+    audit_dir: str | None
+    debug: bool
+    keep: bool
+    keep_idle: float | None
+    no_keep: bool
+    timeout: float | None
+    json: bool
+    words: list[str] | None
 
 
 # -- where, and under which key --------------------------------------------------------------------
@@ -69,7 +96,7 @@ def _absolute(value: str | None) -> str:
     return os.path.abspath(os.path.expanduser(value)) if value else ""
 
 
-def session_key(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, str | None]:
+def session_key(args: KeepArgs, env: Mapping[str, str]) -> dict[str, str | None]:
     """What decides how a kept session is built: the same key means the same rules."""
     return {
         "host": args.host or "",
@@ -93,7 +120,7 @@ def key_name(key: Mapping[str, str | None]) -> str:
     return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
 
 
-def idle_timeout(args: argparse.Namespace, env: Mapping[str, str]) -> float:
+def idle_timeout(args: KeepArgs, env: Mapping[str, str]) -> float:
     if args.keep_idle is not None:
         return float(args.keep_idle)
     return _setting(env) or DEFAULT_IDLE
@@ -113,7 +140,7 @@ def _setting(env: Mapping[str, str]) -> float | None:
     return seconds
 
 
-def wanted(args: argparse.Namespace, env: Mapping[str, str]) -> bool:
+def wanted(args: KeepArgs, env: Mapping[str, str]) -> bool:
     """Whether this ``exec`` goes through a kept session (``--keep``, ``--keep-idle`` or the setting)."""
     if args.no_keep:
         return False
@@ -222,7 +249,7 @@ def _reach(key: dict[str, str | None], name: str, idle: float, env: Mapping[str,
 # -- exec --keep ----------------------------------------------------------------------------------------
 
 
-def exec_kept(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> int:
+def exec_kept(args: KeepArgs, env: Mapping[str, str] = os.environ) -> int:
     """``exec --keep``: run the command in the host's kept session; the exit status as plain ``exec``."""
     words: list[str] | None = args.words
     if not words or not " ".join(words).strip():
@@ -304,6 +331,128 @@ def _died(host: str, env: Mapping[str, str], name: str, detail: str) -> KeptSess
         f"{host}: the kept session's background process ended during the call{' ' + detail if detail else ''}; "
         "the command's outcome is unknown and it was not run again (the next call starts a fresh session; "
         f"see {log_dir(env) / (name + '.log')})")
+
+
+# -- the fast path ----------------------------------------------------------------------------------------
+
+_VALUED = {"--inventory": "inventory", "--allow": "allow", "--audit-dir": "audit_dir"}
+"""The global options that take a value, allowed before and after ``exec`` (``--debug`` is the fourth)."""
+
+
+class _FastArgs:
+    """The options of ``exec`` as the parser would give them, for the names :class:`KeepArgs` reads."""
+
+    def __init__(self) -> None:
+        self.host: str | None = None
+        self.inventory: str | None = None
+        self.allow: str | None = None
+        self.audit_dir: str | None = None
+        self.debug = False
+        self.keep = False
+        self.keep_idle: float | None = None
+        self.no_keep = False
+        self.timeout: float | None = None
+        self.json = False
+        self.words: list[str] | None = None
+
+
+def _seconds(value: str) -> float | None:
+    """``--timeout``/``--keep-idle``: the parser's rule (a positive number), None where it would refuse."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if seconds > 0 else None
+
+
+def fast_args(words: list[str]) -> _FastArgs | None:
+    """``[GLOBAL...] exec [--keep] [--keep-idle S] [--timeout S] [--json] [GLOBAL...] [HOST] -- COMMAND...``
+    read without argparse, or None for anything else (an unknown or abbreviated option, ``--help``,
+    a second host, a value the parser would refuse): the full parser then reads the words and says
+    what is wrong. What is read here is read exactly as the parser reads it."""
+    if "--" not in words:
+        return None
+    cut = words.index("--")
+    head = words[:cut]
+    args = _FastArgs()
+    args.words = words[cut + 1 :]
+    i, command = 0, False
+    while i < len(head):
+        word = head[i]
+        name, equals, value = word.partition("=")
+        if name in _VALUED:
+            if not equals:
+                if i + 1 == len(head) or head[i + 1].startswith("-"):
+                    return None
+                i += 1
+                value = head[i]
+            setattr(args, _VALUED[name], value)
+        elif equals:
+            return None
+        elif word == "--debug":
+            args.debug = True
+        elif not command:
+            if word != "exec":
+                return None
+            command = True
+        elif word in ("--keep", "--no-keep", "--json"):
+            setattr(args, word[2:].replace("-", "_"), True)
+        elif word in ("--timeout", "--keep-idle"):
+            seconds = _seconds(head[i + 1]) if i + 1 < len(head) and not head[i + 1].startswith("-") else None
+            if seconds is None:
+                return None
+            setattr(args, word[2:].replace("-", "_"), seconds)
+            i += 1
+        elif word.startswith("-") or args.host is not None:
+            return None
+        else:
+            args.host = word
+        i += 1
+    return args if command else None
+
+
+def fast_exec(words: list[str], env: Mapping[str, str] = os.environ) -> int | None:
+    """``exec --keep`` (or ``exec`` under ``$REMOTE_BASH_KEEP``) without loading the parser: the exit
+    status, or None when the words are not that plain shape or the call does not keep its session.
+
+    Only the client side is skipped: the background process builds the session, and applies every
+    gate, policy, audit and redaction rule, exactly as for a call through the parser."""
+    args = fast_args(words)
+    if args is None:
+        return None
+    try:
+        if not wanted(args, env):
+            return None
+    except _UsageError:
+        return None  # the parser path says what is wrong with the setting, as it always has
+    if hasattr(signal, "SIGXFSZ"):
+        # As in main(): a file-size limit must become an error, in a background process started here too.
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        return exec_kept(args, env)
+    except BaseException as exc:
+        return failed(exc, args.debug)
+
+
+def failed(exc: BaseException, debug: bool) -> int:
+    """The exit status of a command that raised ``exc``, after its one-line message: as ``main()``."""
+    if isinstance(exc, KeyboardInterrupt):
+        _err(f"{PROG}: interrupted")
+        return EXIT_INTERRUPTED
+    if isinstance(exc, BrokenPipeError):
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
+    if not isinstance(exc, Exception):
+        raise exc
+    if debug:
+        import traceback
+
+        _err(traceback.format_exc())
+    known = isinstance(exc, RemoteBashError | _UsageError | _NoApiKey)
+    message = str(exc) if known else f"internal error: {type(exc).__name__}: {exc} (--debug shows where)"
+    _err(f"{PROG}: {_one_line(message)}")
+    return _exit_code(exc)
 
 
 # -- sessions ----------------------------------------------------------------------------------------
