@@ -306,6 +306,9 @@ def main() -> None:
     key: dict[str, Any] = config["key"]
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    if hasattr(signal, "SIGXFSZ"):
+        # As main() does: a file-size limit on the audit directory is an AuditError, not a dead process.
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     _setup_logging(False)  # never debug: the log must not hold commands or what they print
     directory = private_dir(keep_dir(os.environ), what="kept sessions")
     lock = open_private(directory / f"{config['name']}.lock", os.O_RDWR | os.O_CREAT, what="a kept session lock")
