@@ -11,8 +11,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from .errors import (
     AccessDenied,
     AuditError,
@@ -40,7 +38,11 @@ from .errors import (
     UnsafePath,
 )
 
+# Not typing.TYPE_CHECKING: importing typing would cost the kept-session client more than its call.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from .inventory import Inventory, load_inventory
     from .models import CommandPolicy, CommandResult, EditPolicy, Host, KillReport, ResourceLimits
     from .session import RemoteBashSession, RemoteInfo

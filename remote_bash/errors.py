@@ -34,7 +34,9 @@ what failed and what to do about it.
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # not typing's: the kept-session client loads this module, and typing costs it
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "AccessDenied",

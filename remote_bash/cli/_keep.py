@@ -30,7 +30,6 @@ import time
 import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
 
 from remote_bash._paths import config_dir, open_private, private_dir, runtime_dir, state_dir
 from remote_bash.errors import RemoteBashError, SessionError
@@ -48,8 +47,26 @@ from ._output import (
     _UsageError,
 )
 
+TYPE_CHECKING = False  # not typing's: importing typing would cost a kept call more than its round trip
 if TYPE_CHECKING:
     import subprocess
+    from typing import Any, Protocol
+
+    class KeepArgs(Protocol):
+        """What ``exec --keep`` reads of its options: an ``argparse.Namespace`` of ``exec``, or the fast
+        path's (:func:`fast_exec`), which has the same names and values."""
+
+        host: str | None
+        inventory: str | None
+        allow: str | None
+        audit_dir: str | None
+        debug: bool
+        keep: bool
+        keep_idle: float | None
+        no_keep: bool
+        timeout: float | None
+        json: bool
+        words: list[str] | None
 
 PROTOCOL = 1
 DEFAULT_IDLE = 600.0
@@ -61,23 +78,6 @@ SETTING = "REMOTE_BASH_KEEP"
 
 class KeptSessionError(SessionError):
     """A kept session's background process could not be started, reached or trusted."""
-
-
-class KeepArgs(Protocol):
-    """What ``exec --keep`` reads of its options: an ``argparse.Namespace`` of ``exec``, or the fast
-    path's (:func:`fast_exec`), which has the same names and values."""
-
-    host: str | None
-    inventory: str | None
-    allow: str | None
-    audit_dir: str | None
-    debug: bool
-    keep: bool
-    keep_idle: float | None
-    no_keep: bool
-    timeout: float | None
-    json: bool
-    words: list[str] | None
 
 
 # -- where, and under which key --------------------------------------------------------------------

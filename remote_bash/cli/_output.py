@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from remote_bash.terminal import escape, escape_json
+
+TYPE_CHECKING = False  # not typing's: the kept-session client loads this module, and typing costs it
+if TYPE_CHECKING:
+    from typing import Any
 
 PROG = "remote-bash"
 
