@@ -12,11 +12,10 @@ logging is switched off: a bad pattern is an error for the caller to report, not
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
-
-import re2  # type: ignore[import-untyped]  # google-re2 ships no type information
 
 __all__ = ["LinearPattern", "PatternError", "compile_linear"]
 
@@ -25,8 +24,15 @@ class PatternError(ValueError):
     """A pattern RE2 cannot run; the message says which construct and what to do instead."""
 
 
-_OPTIONS = re2.Options()
-_OPTIONS.log_errors = False
+@functools.cache
+def _re2() -> tuple[Any, Any]:
+    """The engine and its options, loaded at the first pattern: a command line whose hosts have no
+    pattern (most) never pays for loading RE2."""
+    import re2  # type: ignore[import-untyped]  # google-re2 ships no type information
+
+    options = re2.Options()
+    options.log_errors = False
+    return re2, options
 
 # RE2's error texts, mapped to what an operator would call the construct.
 _CONSTRUCTS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -90,8 +96,9 @@ def compile_linear(pattern: str, *, multiline: bool = False) -> LinearPattern:
     """
     if not isinstance(pattern, str):
         raise PatternError(f"{pattern!r} is not a string")
+    re2, options = _re2()
     try:
-        compiled = re2.compile(f"(?m){pattern}" if multiline else pattern, _OPTIONS)
+        compiled = re2.compile(f"(?m){pattern}" if multiline else pattern, options)
     except re2.error as exc:
         message = exc.args[0] if exc.args else str(exc)
         if isinstance(message, bytes):
