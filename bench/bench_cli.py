@@ -10,8 +10,10 @@ call (so whatever else the machine does weighs on both alike), times whole proce
 ``remote-bash`` runs as pip's console script runs it (the same generated wrapper, this
 interpreter, this tree first on the path), with the package's bytecode compiled as an install
 compiles it. The floors say what is the interpreter's and what is ours: ``python -c pass`` with
-this installation's site hooks, ``python -S -c pass`` (no site at all), and ``exec --keep`` again
-from a bare virtualenv of the same interpreter (the client needs only the standard library there).
+this installation's site hooks, with ``-I`` and with ``-S`` (no site at all), a bare virtualenv of
+the same interpreter with and without ``import re`` (all that pip's wrapper adds), and ``exec
+--keep`` again from that virtualenv (the kept-session client needs only the standard library), and
+``main()`` of a kept call in-process.
 Each line gives the median wall time over rounds (each round's median of its calls), the CPU time
 of the process (user + system, its children included), and the ratio to its reference, with the
 range of the rounds' ratios.
@@ -157,6 +159,27 @@ def compare(title: str, pairs: dict[str, list[str]], env: dict[str, str], rounds
     return result
 
 
+def in_process(env: dict[str, str], calls: int) -> float:
+    """Median of ``main()`` for a kept call inside this process: the client's own work and the socket
+    round trip (the call itself, and its audit records, in the background process), no interpreter start."""
+    from remote_bash.cli import main as cli_main
+
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        times = []
+        for _ in range(calls):
+            start = time.perf_counter()
+            if cli_main(["exec", "--keep", "h000", "--", "true"]) != 0:
+                raise SystemExit("exec --keep failed in-process")
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--hosts", type=int, default=30, help="hosts of the fleet comparison")
@@ -192,9 +215,14 @@ def main() -> None:
         first = hosts[0]
         print(f"{args.hosts} sshd on loopback; {sys.executable} {sys.version.split()[0]}; "
               f"load average {os.getloadavg()[0]:.1f} at start")
+        venv_cli = bare_venv(work)
+        venv_python = venv_cli.parent / "python"
         compare("interpreter start, for scale", {
             "python -c pass (this installation's site hooks)": [sys.executable, "-c", "pass"],
-            "python -S -c pass (no site)": [sys.executable, "-S", "-c", "pass"],
+            "python -I -c pass (isolated: no user site, env)": [sys.executable, "-I", "-c", "pass"],
+            "python -S -c pass (no site at all)": [sys.executable, "-S", "-c", "pass"],
+            "bare virtualenv: python -c pass": [str(venv_python), "-c", "pass"],
+            "bare virtualenv: python -c 'import re' (pip's wrapper)": [str(venv_python), "-c", "import re"],
         }, env, args.rounds, args.calls * 4, None)
         if "exec" not in skip:
             compare("exec HOST -- true, whole process", {
@@ -219,8 +247,6 @@ def main() -> None:
                 state = subprocess.run([*cli, "exec", "--keep", "h000", "--", "echo $PWD $KEPT"], env=env,
                                        check=True, capture_output=True, text=True, timeout=TIMEOUT).stdout.strip()
                 print(f"\nthe kept session answers {state!r}: cwd and variable from the previous process")
-                venv_cli = bare_venv(work)
-                venv_python = venv_cli.parent / "python"
                 keep = compare("exec --keep HOST -- true, kept session warm, whole process", {
                     "ssh, warm ControlMaster (reference)": [*ssh[:-1], "-o", "ControlMaster=no", ssh[-1], "true"],
                     "remote-bash exec --keep h000 -- true": [*cli, "exec", "--keep", "h000", "--", "true"],
@@ -233,6 +259,9 @@ def main() -> None:
                 bare = keep["the same from a bare virtualenv"] - keep["bare virtualenv: python -c pass"]
                 print(f"  exec --keep beyond the interpreter's start: {own * 1000:.1f} ms here, "
                       f"{bare * 1000:.1f} ms in the bare virtualenv")
+                inside = in_process(env, args.calls * 20)
+                print(f"  of which main() in-process (client work + one socket round trip + the call): "
+                      f"{inside * 1000:.1f} ms")
             finally:
                 subprocess.run([*cli, "sessions", "stop", "--all"], env=env, timeout=TIMEOUT,
                                stdout=subprocess.DEVNULL, check=False)
