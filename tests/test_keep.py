@@ -218,6 +218,14 @@ def test_idle_timeout_ends_the_process_and_what_it_left_running(env: dict[str, s
     assert sessions(env) == []
 
 
+def test_a_shape_left_to_the_parser_reaches_the_same_kept_session(env: dict[str, str]) -> None:
+    assert cli(env, "exec", "--keep", "keep-a", "--", "export VIA=fast").returncode == 0
+    # "--time" is the parser's abbreviation of --timeout: the fast path leaves it to the parser.
+    slow = cli(env, "exec", "--keep", "--time", "30", "keep-a", "--", "echo $VIA")
+    assert slow.returncode == 0 and slow.stdout == "fast\n", slow.stderr
+    assert len(daemon_pids(env)) == 1
+
+
 def test_the_setting_keeps_every_exec_and_no_keep_overrides(env: dict[str, str]) -> None:
     kept = {**env, "REMOTE_BASH_KEEP": "60"}
     assert cli(kept, "exec", "keep-a", "--", "export S=1").returncode == 0
