@@ -28,6 +28,7 @@ import argparse
 import compileall
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -278,6 +279,7 @@ def main() -> None:
         print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
     finally:
         th.stop_all()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
