@@ -55,6 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = fast_exec(words, os.environ)
         if status is not None:
             return status
+    # pydantic looks for plugins through every installed distribution's entry points when it builds
+    # the first model: about 100 ms of a cold `exec`, for plugins this command never uses. Only this
+    # process (and what it starts) is affected; a value the user set is kept.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     from ._app import main as parse_and_run
 
     return parse_and_run(words)
