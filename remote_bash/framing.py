@@ -129,7 +129,7 @@ NULL_FD = 18
 (a dup is cheaper than opening /dev/null twice per call)."""
 
 
-def frame_command(command: str, token: CallToken, names: ShellNames) -> bytes:
+def frame_command(command: str, token: CallToken, names: ShellNames, *, stdin: str | None = None) -> bytes:
     """The bytes to send to the shell to run ``command`` as one call.
 
     One line, kept short and cheap (bash reads a pipe one byte at a time, and every redirection
@@ -146,15 +146,21 @@ def frame_command(command: str, token: CallToken, names: ShellNames) -> bytes:
     ``$_rbq``, added when :func:`status_line_safe` says the text can take a line after it,
     records the status inside the ``eval`` so that the ``eval`` itself succeeds: a user's ``ERR``
     trap then runs once, for the user's command, never a second time for the framing.
+
+    ``stdin``, when given, is a path (a FIFO fed with the caller's input) that the ``eval`` reads
+    instead of /dev/null.
     """
     if "\x00" in command:
         raise ValueError("the command contains a NUL byte, which bash cannot pass on")
     if _SURROGATE.search(command):
         raise ValueError("the command contains a lone surrogate code point, which is not valid text")
     tail = "$_rbq" if status_line_safe(command) else ""
+    # The input FIFO is opened last, so that bash's message, should it fail, reaches the output.
+    redirects = (f"<&{NULL_FD} >&{SENTINEL_FD} 2>&1" if stdin is None
+                 else f">&{SENTINEL_FD} 2>&1 <{shell_quote(stdin)}")
     return (
         f"_rbc={shell_quote(command)};{CALL_ENV}={token.call_id};"
-        f'for _rbl in 1;do eval "$_rbp$_rbc{tail}" <&{NULL_FD} >&{SENTINEL_FD} 2>&1;done;'
+        f'for _rbl in 1;do eval "$_rbp$_rbc{tail}" {redirects};done;'
         f"{names.after} {token.call_id} {token.second}\n"
     ).encode()
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from . import framing, reaper
+from . import _stdin, framing, reaper
 from ._ssh import Credentials, ShellChannel, SshConnection, connect
 from .access import Gate
 from .errors import (
@@ -246,6 +246,7 @@ class RemoteBashSession:
         self._shell: ShellChannel | None = None
         self._call: _Call | None = None
         self._between: framing.OutputCapture | None = None
+        self._feed: _stdin.StdinFeed | None = None
         self._names = framing.ShellNames.new()
         self._orphaned = False
         self._running: asyncio.Task[Any] | None = None
@@ -493,8 +494,13 @@ class RemoteBashSession:
         *,
         tool_use_id: str | None = None,
         on_output: Callable[[str], None] | None = None,
+        stdin: _stdin.StdinSource | None = None,
     ) -> CommandResult:
         """Run ``command`` in the shell and return its result.
+
+        ``stdin`` is the command's input (bytes, a binary file object or an async iterable of
+        bytes), streamed to it as it reads (see :mod:`remote_bash._stdin`); without it the command
+        reads /dev/null.
 
         Raises PolicyDenied (never sent), AuditError (not run), ConnectError (could not
         connect) or ConnectionLost (the connection died mid-call; the command is not re-run).
@@ -503,6 +509,8 @@ class RemoteBashSession:
         if not isinstance(command, str):
             raise TypeError(f"command must be a str, got {type(command).__name__}")
         deadline_s = self.clamp_timeout(timeout)
+        if stdin is not None:
+            _stdin.check_source(stdin)
         try:
             self._check_policy(command)
         except PolicyDenied as exc:
@@ -515,9 +523,24 @@ class RemoteBashSession:
             self._running = asyncio.current_task()
             try:
                 await self._ensure_shell()
+                if stdin is not None:
+                    return await self._run_fed(command, deadline_s, tool_use_id, on_output, stdin)
                 return await self._run_locked(command, deadline_s, tool_use_id, on_output)
             finally:
                 self._running = None
+
+    async def _run_fed(self, command: str, timeout: float, tool_use_id: str | None,
+                       on_output: Callable[[str], None] | None, stdin: _stdin.StdinSource) -> CommandResult:
+        """A call whose command reads ``stdin`` from a FIFO on the host, fed while it runs."""
+        assert self._conn is not None
+        feed = _stdin.StdinFeed(stdin, host=self.host.name, session_id=self.session_id)
+        await feed.open(self._conn)
+        self._feed = feed
+        try:
+            return await self._run_locked(command, timeout, tool_use_id, on_output)
+        finally:
+            self._feed = None
+            await asyncio.shield(feed.close())
 
     @contextlib.asynccontextmanager
     async def exclusive(self) -> AsyncIterator[SshConnection]:
@@ -559,7 +582,8 @@ class RemoteBashSession:
         assert self._shell is not None and self._conn is not None
         shell, conn = self._shell, self._conn
         token = framing.CallToken.new()
-        frame = framing.frame_command(command, token, self._names)
+        frame = framing.frame_command(command, token, self._names,
+                                      stdin=self._feed.path if self._feed is not None else None)
         await self._audit_write("exec.start", command=command, tool_use_id=tool_use_id, timeout=timeout,
                                 call_id=token.call_id, strict=True)
         live = _LiveOutput(on_output, self._redactor) if on_output is not None else None
@@ -809,6 +833,8 @@ class RemoteBashSession:
     async def _audit_write(self, event: str, *, strict: bool = False, **fields: Any) -> None:
         if self._audit is None:
             return
+        if self._feed is not None:
+            fields = {**fields, **self._feed.audit_fields(event)}
         record = {k: v for k, v in fields.items() if v is not None}
         if isinstance(record.get("command"), str):
             record["command"] = self._redact(record["command"])

@@ -6,15 +6,18 @@ twice.
 
 - :mod:`.hostkeys`: known_hosts pins and the client that checks a host's key against them
 - :mod:`.connection`: connect through jump hosts, credentials, exec channels, side commands
-- :mod:`.channel`: the long-lived shell channel the session runs bash on
+- :mod:`.channel`: the long-lived shell channel the session runs bash on, and input channels
 - :mod:`.sftp`: file operations over SFTP
 - :mod:`.mapping`: asyncssh/socket errors -> remote_bash errors
 - :mod:`.fallback`: a tiny exec-only server for sandboxes on machines without sshd
 """
 
-from .channel import ShellChannel
+from .channel import InputChannel, ShellChannel
 from .connection import Credentials, SshConnection, connect
 from .hostkeys import default_known_hosts
 from .sftp import FileInfo, SftpFiles
 
-__all__ = ["Credentials", "FileInfo", "SftpFiles", "ShellChannel", "SshConnection", "connect", "default_known_hosts"]
+__all__ = [
+    "Credentials", "FileInfo", "InputChannel", "SftpFiles", "ShellChannel", "SshConnection", "connect",
+    "default_known_hosts",
+]

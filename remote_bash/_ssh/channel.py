@@ -1,18 +1,20 @@
 """The shell channel: one exec channel running a long-lived process, its bytes delivered by callback.
 
 No buffering between asyncssh and the session: each chunk goes to ``on_data`` as it arrives.
+Also the input channel, a process fed through its stdin with backpressure (a command's input).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 
 import asyncssh
 
 from remote_bash.errors import ConnectionLost
 
-__all__ = ["ShellChannel", "ShellSession"]
+__all__ = ["InputChannel", "ShellChannel", "ShellSession"]
 
 
 class ShellSession(asyncssh.SSHClientSession[bytes]):
@@ -90,3 +92,48 @@ class ShellChannel:
     def close(self) -> None:
         if self._chan is not None:
             self._chan.close()
+
+
+class InputChannel:
+    """A process on an exec channel that is fed through its stdin: ``write`` waits while the host
+    is not taking the data (asyncssh's send buffer stays under its high-water mark), so what is
+    held locally stays bounded. Its stdout and stderr are read together, as lines."""
+
+    def __init__(self, host: str, process: asyncssh.SSHClientProcess[bytes]) -> None:
+        self.host = host
+        self._process = process
+
+    async def readline(self) -> bytes:
+        """One line of the process's output; ``b""`` once it closed its output."""
+        try:
+            return await self._process.stdout.readline()
+        except (asyncssh.Error, OSError) as exc:
+            raise ConnectionLost(f"reading from an input channel failed: {exc}", host=self.host) from exc
+
+    async def write(self, data: bytes) -> bool:
+        """Send ``data``; False when the process takes no more input (it exited or closed its stdin)."""
+        try:
+            self._process.stdin.write(data)
+            await self._process.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            return False
+        except (asyncssh.Error, OSError) as exc:
+            raise ConnectionLost(f"writing to an input channel failed: {exc}", host=self.host) from exc
+        return True
+
+    def write_eof(self) -> None:
+        with contextlib.suppress(asyncssh.Error, OSError):
+            self._process.stdin.write_eof()
+
+    def close(self) -> None:
+        self._process.close()
+
+    async def wait_closed(self, timeout: float) -> bool:
+        """Wait for the channel to close; False when it did not within ``timeout``."""
+        try:
+            await asyncio.wait_for(self._process.wait_closed(), timeout)
+        except TimeoutError:
+            return False
+        except (asyncssh.Error, OSError):
+            pass
+        return True

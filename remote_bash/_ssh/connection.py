@@ -20,7 +20,7 @@ import asyncssh
 from remote_bash.errors import ConfigError, ConnectionLost, HostKeyError, KnownHostsMissing
 from remote_bash.models import Host
 
-from .channel import ShellChannel, ShellSession
+from .channel import InputChannel, ShellChannel, ShellSession
 from .hostkeys import Client, HostKeyCheck, default_known_hosts
 from .mapping import map_error
 from .sftp import SftpFiles
@@ -113,6 +113,19 @@ class SshConnection:
         out = result.stdout
         text = out if isinstance(out, str) else (out or b"").decode("utf-8", "replace")
         return result.exit_status, text
+
+    async def open_input(self, command: str, *, timeout: float) -> InputChannel:
+        """Start ``command`` on a new exec channel whose stdin the caller feeds (see InputChannel)."""
+        try:
+            opening = asyncio.ensure_future(asyncio.wait_for(self._conn.create_process(
+                command, encoding=None, stderr=asyncssh.STDOUT, request_pty=False), timeout))
+            await self._nudge_until(opening)
+            process = await opening
+        except TimeoutError as exc:
+            raise ConnectionLost(f"an input channel did not open within {timeout:g} s", host=self.host.name) from exc
+        except (asyncssh.Error, OSError) as exc:
+            raise map_error(exc, self.host, during="opening an input channel") from exc
+        return InputChannel(self.host.name, process)
 
     async def exec_bytes(self, command: str, stdin: bytes, *, timeout: float) -> tuple[int | None, bytes, bytes]:
         """Run ``command`` on a new exec channel with ``stdin`` as its input; bytes in, bytes out.

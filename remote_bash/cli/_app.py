@@ -131,6 +131,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="inventory host (optional with no inventory: sandbox)")
     p.add_argument("--timeout", type=_timeout, metavar="SECONDS", help="deadline (default: the host's)")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of streaming")
+    p.add_argument("-n", "--no-stdin", action="store_true",
+                   help="send no input: the command reads /dev/null even when stdin is a pipe or a file (ssh -n)")
     _sandbox_options(p)
     p.add_argument("--keep", action="store_true",
                    help="run it in the host's kept session, started if none: a background process keeps the shell "

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._context import _Context, _pick_host, _session
+from ._input import open_input
 from ._output import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -27,6 +28,7 @@ from ._output import (
 )
 
 if TYPE_CHECKING:
+    from remote_bash._stdin import StdinSource
     from remote_bash.inventory import Inventory
     from remote_bash.models import CommandResult
     from remote_bash.redact import Redactor
@@ -52,8 +54,9 @@ async def _exec(ctx: _Context, inventory: Inventory, name: str, command: str) ->
     as_json: bool = ctx.args.json
     echo = _Echo(redactor)
     result: CommandResult | None = None
+    stdin = open_input(getattr(ctx.args, "no_stdin", False))
     try:
-        result = await _run_one(session, command, ctx.args.timeout, None if as_json else echo.feed)
+        result = await _run_one(session, command, ctx.args.timeout, None if as_json else echo.feed, stdin=stdin)
     finally:
         if not as_json:
             echo.finish(result)
@@ -64,9 +67,10 @@ async def _exec(ctx: _Context, inventory: Inventory, name: str, command: str) ->
 
 
 async def _run_one(session: RemoteBashSession, command: str, deadline: float | None,
-                   on_output: Callable[[str], None] | None) -> CommandResult:
-    """Run one command (the session audits policy refusals, its gate host refusals)."""
-    return await session.run(command, deadline, on_output=on_output)
+                   on_output: Callable[[str], None] | None, stdin: StdinSource | None = None) -> CommandResult:
+    """Run one command (the session audits policy refusals, its gate host refusals); ``stdin``, the
+    local input that is not a terminal, is the command's input, as ``ssh`` forwards it."""
+    return await session.run(command, deadline, on_output=on_output, stdin=stdin)
 
 
 class _Echo:

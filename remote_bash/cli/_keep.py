@@ -256,6 +256,11 @@ def exec_kept(args: KeepArgs, env: Mapping[str, str] = os.environ) -> int:
         raise _UsageError(f"no command: put it after '--', e.g. {PROG} exec --keep web-1 -- uptime")
     if args.allow is not None and not args.allow.strip():
         raise _UsageError("--allow: the allowlist pattern is empty; use 'all' to allow every host")
+    from ._input import has_input
+
+    if not args.no_stdin and has_input():
+        raise _UsageError("exec --keep does not pass stdin on to the command: use a session of its own "
+                          "(--no-keep) to send it, or -n (or </dev/null) to send none")
     key = session_key(args, env)
     name = key_name(key)
     idle = idle_timeout(args, env)
