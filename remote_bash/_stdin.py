@@ -28,7 +28,7 @@ import hashlib
 import secrets
 import select
 import threading
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import reaper
@@ -40,9 +40,9 @@ if TYPE_CHECKING:
 
 __all__ = ["CHUNK", "Readable", "StdinFeed", "StdinSource", "check_source", "chunks", "writer_script"]
 
-CHUNK = 1 << 16
+CHUNK = 1 << 20
 """Bytes read from the source at a time."""
-QUEUED = 4
+QUEUED = 2
 """Chunks a reading thread may hold ahead of the channel."""
 OPEN_TIMEOUT = 15.0
 """How long the host has to create the FIFO and say where it is."""
@@ -76,8 +76,8 @@ def writer_script(session_id: str, nonce: str) -> str:
         "printf 'RBOPEN\\n'; "
         "exec cat >&3 3>&-"
     )
-    env = f"{reaper.SESSION_ENV}={session_id} {STDIN_ENV}={nonce}"
-    return f"exec env {env} /bin/sh -c {shell_quote(body)}"
+    # Assignments before ``exec`` go into the new program's environment (POSIX sh, bash, zsh).
+    return f"{reaper.SESSION_ENV}={session_id} {STDIN_ENV}={nonce} exec /bin/sh -c {shell_quote(body)}"
 
 
 def _cleanup_script(directory: str | None, pid: int | None, nonce: str) -> str:
@@ -106,7 +106,7 @@ def check_source(source: object) -> None:
                         f"not {type(source).__name__}")
 
 
-async def chunks(source: StdinSource) -> AsyncIterator[bytes]:
+async def chunks(source: StdinSource) -> AsyncGenerator[bytes, None]:
     """The source's bytes, chunk by chunk, never more than a few chunks held."""
     if isinstance(source, bytes | bytearray | memoryview):
         view = memoryview(source).cast("B")
@@ -122,11 +122,12 @@ async def chunks(source: StdinSource) -> AsyncIterator[bytes]:
         return
     check_source(source)
     read = getattr(source, "read1", None) or source.read
-    async for data in _threaded(read, getattr(source, "fileno", None)):
-        yield data
+    async with contextlib.aclosing(_threaded(read, getattr(source, "fileno", None))) as threaded:
+        async for data in threaded:
+            yield data
 
 
-async def _threaded(read: Callable[[int], Any], fileno: Callable[[], int] | None) -> AsyncIterator[bytes]:
+async def _threaded(read: Callable[[int], Any], fileno: Callable[[], int] | None) -> AsyncGenerator[bytes, None]:
     """Chunks from ``read`` called in a daemon thread: a pipe that waits for its writer blocks that
     thread only, and a thread still waiting when the command has ended never delays the exit."""
     loop = asyncio.get_running_loop()
@@ -255,11 +256,13 @@ class StdinFeed:
 
     async def _feed(self, channel: InputChannel) -> None:
         try:
-            async for data in chunks(self.source):
-                if not await channel.write(data):
-                    return  # the command stopped reading: its input ends here, as with ssh
-                self.sent += len(data)
-                self._hash.update(data)
+            # Closed at once when the feeding stops, so that a reading thread stops too.
+            async with contextlib.aclosing(chunks(self.source)) as source:
+                async for data in source:
+                    if not await channel.write(data):
+                        return  # the command stopped reading: its input ends here, as with ssh
+                    self.sent += len(data)
+                    self._hash.update(data)
             channel.write_eof()
             self.complete = True
         except RemoteBashError as exc:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from remote_bash import framing
-from remote_bash._stdin import STDIN_ENV, StdinFeed, chunks, writer_script
+from remote_bash._stdin import CHUNK, STDIN_ENV, StdinFeed, chunks, writer_script
 from remote_bash.audit import AuditLog
 from remote_bash.errors import ConnectionLost, PolicyDenied
 from remote_bash.models import CommandPolicy, Host
@@ -325,6 +325,34 @@ async def test_an_endless_source_ends_with_the_command(api: RemoteBashSession, c
     assert (await api.run("echo still fine")).output == "still fine\n"
 
 
+async def test_a_command_that_ends_the_shell_still_gets_its_input(api: RemoteBashSession, clean: None) -> None:
+    r = await api.run("head -c 3; exit 7", stdin=b"abcdef")
+    assert (r.output, r.exit_code, r.shell_lost) == ("abc", 7, True)
+    r = await api.run("exec cat", stdin=b"the shell became cat\n")
+    assert (r.output, r.exit_code) == ("the shell became cat\n", 0)
+    assert (await api.run("echo fresh shell")).output == "fresh shell\n"
+
+
+async def test_a_pipe_that_never_ends_leaves_no_reading_thread(api: RemoteBashSession, clean: None) -> None:
+    import threading
+
+    read_end, write_end = os.pipe()
+    try:
+        with os.fdopen(read_end, "rb", buffering=0, closefd=False) as pipe:
+            r = await api.run("echo done", stdin=pipe, timeout=30)
+            assert r.output == "done\n"
+            os.write(write_end, b"wake the reader\n")  # its read returns; it sees it must stop
+            for _ in range(400):  # the loop must run meanwhile: the thread hands its chunk over through it
+                if not any(t.name == "remote-bash-stdin" for t in threading.enumerate()):
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("the reading thread did not end within 20 s")
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
 async def test_cancel_and_policy(stdin_host: Host, clean: None) -> None:
     host = stdin_host.model_copy(update={"policy": CommandPolicy(deny=[r"\bdd\b"])})
     async with RemoteBashSession(host, audit=False, kill_grace=0.5) as s:
@@ -379,13 +407,13 @@ def test_the_frame_reads_the_fifo_only_when_asked() -> None:
 
 def test_writer_script_is_posix_sh_and_tags_the_writer() -> None:
     script = writer_script("abc123", "n0nce")
-    assert script.startswith("exec env REMOTE_BASH_SESSION=abc123 REMOTE_BASH_STDIN=n0nce /bin/sh -c ")
+    assert script.startswith("REMOTE_BASH_SESSION=abc123 REMOTE_BASH_STDIN=n0nce exec /bin/sh -c ")
     body = shlex.split(script)[-1]
     assert subprocess.run(["sh", "-n", "-c", body], check=False).returncode == 0
 
 
 async def test_chunks_are_bounded() -> None:
-    got = [c async for c in chunks(b"x" * 200_000)]
-    assert [len(c) for c in got] == [65536, 65536, 65536, 3392]
+    got = [c async for c in chunks(b"x" * (3 * CHUNK + 5))]
+    assert [len(c) for c in got] == [CHUNK, CHUNK, CHUNK, 5]
     with pytest.raises(TypeError):
         StdinFeed(42, host="h", session_id="s")  # type: ignore[arg-type]
