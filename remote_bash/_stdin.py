@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import re
 import secrets
 import select
 import threading
@@ -46,6 +47,7 @@ QUEUED = 2
 """Chunks a reading thread may hold ahead of the channel."""
 OPEN_TIMEOUT = 15.0
 """How long the host has to create the FIFO and say where it is."""
+_READY = re.compile(r"RBFIFO \d+ (/[^\n]*/remote-bash-stdin\.[A-Za-z0-9]{10})")
 STDIN_ENV = "REMOTE_BASH_STDIN"
 """Set on the writer, with a nonce of its own, so that a kill by pid cannot hit another process."""
 
@@ -235,16 +237,18 @@ class StdinFeed:
             await self.close()
             raise
         text = line.decode("utf-8", "replace").rstrip("\n")
-        head, _, rest = text.partition(" ")
-        pid, _, directory = rest.partition(" ")
-        if head != "RBFIFO" or not pid.isdigit() or not directory.startswith("/"):
+        found = _READY.fullmatch(text)
+        pid = re.match(r"RBFIFO (\d+) ", text)
+        self._pid = int(pid.group(1)) if pid else None  # so that close can stop the writer
+        if found is None:
+            # Never a path that is not exactly mktemp's: close removes the directory it names.
             await self.close()
             reason = text.strip() or "no answer"
             raise SessionError(f"the host could not create a FIFO for the command's input ({reason[:200]}); "
                                "it needs mktemp, mkfifo and a writable $TMPDIR or /tmp. The command was not run",
                                host=self.host)
-        self._pid, self._dir = int(pid), directory
-        self.path = f"{directory}/in"
+        self._dir = found.group(1)
+        self.path = f"{self._dir}/in"
         self._watch = asyncio.ensure_future(self._watch_open(channel))
         self._pump = asyncio.ensure_future(self._feed(channel))
         return self.path

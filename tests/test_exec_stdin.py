@@ -16,8 +16,7 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,13 +24,14 @@ import pytest
 from remote_bash import framing
 from remote_bash._stdin import CHUNK, STDIN_ENV, StdinFeed, chunks, writer_script
 from remote_bash.audit import AuditLog
-from remote_bash.errors import ConnectionLost, PolicyDenied
+from remote_bash.errors import ConnectionLost, PolicyDenied, SessionError
 from remote_bash.models import CommandPolicy, Host
 from remote_bash.session import RemoteBashSession
 
 from .sshd import TestHosts
 from .test_cli import CLI, base_env, host_entry, write_inventory
 from .test_session import _session_sshd_pids
+from .waiting import wait_for, wait_until
 
 TMP = Path("/tmp")
 
@@ -52,22 +52,15 @@ def writers() -> list[int]:
     return found
 
 
-def until(condition: Callable[[], object], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.05)
-
-
 @pytest.fixture
 def clean() -> Iterator[None]:
     """Fails the test if it left a FIFO directory or a writer behind (waiting a little for the
     writer's channel to close, which may trail the result)."""
     before = fifo_dirs()
     yield
-    until(lambda: not (fifo_dirs() - before) and not writers(),
-          f"no FIFO directory and no writer left (dirs {fifo_dirs() - before}, writers {writers()})", 10)
+    wait_until(lambda: not (fifo_dirs() - before) and not writers(), within=10,
+               what="no FIFO directory and no writer left",
+               show=lambda: f"directories {fifo_dirs() - before}, writers {writers()}")
 
 
 @pytest.fixture(scope="module")
@@ -342,12 +335,9 @@ async def test_a_pipe_that_never_ends_leaves_no_reading_thread(api: RemoteBashSe
             r = await api.run("echo done", stdin=pipe, timeout=30)
             assert r.output == "done\n"
             os.write(write_end, b"wake the reader\n")  # its read returns; it sees it must stop
-            for _ in range(400):  # the loop must run meanwhile: the thread hands its chunk over through it
-                if not any(t.name == "remote-bash-stdin" for t in threading.enumerate()):
-                    break
-                await asyncio.sleep(0.05)
-            else:
-                raise AssertionError("the reading thread did not end within 20 s")
+            # The loop must run meanwhile: the thread hands its chunk over through it.
+            await wait_for(lambda: not any(t.name == "remote-bash-stdin" for t in threading.enumerate()),
+                           within=20, what="the reading thread to end")
     finally:
         os.close(read_end)
         os.close(write_end)
@@ -373,6 +363,17 @@ async def test_cancel_and_policy(stdin_host: Host, clean: None) -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
         assert (await s.run("echo after")).output == "after\n"
+
+
+async def test_a_host_that_cannot_make_the_fifo_runs_nothing(hosts: TestHosts, tmp_path: Path,
+                                                             clean: None) -> None:
+    host = hosts.start("stdin-notmp", extra_config=("SetEnv TMPDIR=/nonexistent-rb-tmp",))
+    mark = tmp_path / "ran"
+    async with RemoteBashSession(host, audit=AuditLog(tmp_path / "audit")) as s:
+        with pytest.raises(SessionError, match=r"could not create a FIFO.*not run"):
+            await s.run(f"touch {mark}", stdin=b"data")
+        assert not mark.exists()
+        assert (await s.run("echo usable")).output == "usable\n"
 
 
 async def test_connection_loss_while_feeding(hosts: TestHosts, clean: None) -> None:
