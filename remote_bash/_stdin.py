@@ -65,15 +65,18 @@ that waits never blocks the event loop), or an async iterable of bytes."""
 
 def writer_script(session_id: str, nonce: str) -> str:
     """The POSIX sh script of the input channel: make the FIFO in a fresh owner-only directory,
-    report ``RBFIFO <pid> <dir>``, open the FIFO for writing (which waits for the command to
-    open it for reading), remove the directory, report ``RBOPEN``, then copy the channel's input
-    into the FIFO. The session's tag lets a reconnecting session stop a writer a lost
-    connection left behind."""
+    report ``RBFIFO <pid> <dir>``, wait for the line ``go`` (sent once the command is), open the
+    FIFO for writing (which waits for the command to open it for reading), remove the
+    directory, report ``RBOPEN``, then copy the rest of the channel's input into the FIFO. The
+    session's tag lets a reconnecting session stop a writer a lost connection left behind."""
     body = (
         "umask 077; "
         'd=$(mktemp -d "${TMPDIR:-/tmp}/remote-bash-stdin.XXXXXXXXXX") || exit 1; '
         'mkfifo "$d/in" || { rm -rf "$d"; exit 1; }; '
         "printf 'RBFIFO %s %s\\n' \"$$\" \"$d\"; "
+        # Only once told that the command is on its way; the channel's end (a refused call, a
+        # lost connection) ends the wait instead, and the directory goes.
+        'IFS= read -r go; [ "$go" = go ] || { rm -rf "$d"; exit 1; }; '
         'exec 3>"$d/in"; rm -rf "$d"; '
         "printf 'RBOPEN\\n'; "
         "exec cat >&3 3>&-"
@@ -186,9 +189,9 @@ def _wait_readable(fileno: Callable[[], int] | None) -> None:
 class StdinFeed:
     """One command's input: the FIFO on the host, the channel that fills it, and what was sent.
 
-    ``open`` (before the command is framed) makes the FIFO and starts feeding it: the data waits
-    in the channel's window until the command opens the FIFO. ``close`` (after the command
-    ended, however it ended) stops the feeding and leaves nothing behind on the host."""
+    ``open`` (before the command is framed) makes the FIFO; ``start`` (once the frame is sent)
+    lets the writer open it and starts feeding it; ``close`` (after the command ended, however
+    it ended) stops the feeding and leaves nothing behind on the host."""
 
     def __init__(self, source: StdinSource, *, host: str, session_id: str) -> None:
         check_source(source)
@@ -249,9 +252,15 @@ class StdinFeed:
                                host=self.host)
         self._dir = found.group(1)
         self.path = f"{self._dir}/in"
+        return self.path
+
+    def start(self) -> None:
+        """The command was sent: let the writer open the FIFO, and start feeding it."""
+        channel = self._channel
+        if channel is None or self._pump is not None or self._closed:
+            return
         self._watch = asyncio.ensure_future(self._watch_open(channel))
         self._pump = asyncio.ensure_future(self._feed(channel))
-        return self.path
 
     async def _watch_open(self, channel: InputChannel) -> None:
         with contextlib.suppress(RemoteBashError):
@@ -260,6 +269,8 @@ class StdinFeed:
 
     async def _feed(self, channel: InputChannel) -> None:
         try:
+            if not await channel.write(b"go\n"):
+                return
             # Closed at once when the feeding stops, so that a reading thread stops too.
             async with contextlib.aclosing(chunks(self.source)) as source:
                 async for data in source:
@@ -292,7 +303,8 @@ class StdinFeed:
             return
         channel.close()
         gone = await channel.wait_closed(1.0)
-        if conn.is_closed or (gone and self._opened):
+        # A writer never told to go removed the directory itself when its channel closed.
+        if conn.is_closed or (gone and (self._opened or self._pump is None)):
             return
         with contextlib.suppress(RemoteBashError):
             await conn.run_side(_cleanup_script(None if self._opened else self._dir,

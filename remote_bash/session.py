@@ -600,6 +600,8 @@ class RemoteBashSession:
         try:
             call.sent_at = time.monotonic()
             shell.write(frame)
+            if self._feed is not None:
+                self._feed.start()  # after the frame: the writer opens the FIFO only once it is on its way
             ended = await self._wait(call, shell, timeout)
             if not ended:
                 timed_out = True

@@ -396,6 +396,25 @@ async def test_connection_loss_while_feeding(hosts: TestHosts, clean: None) -> N
         assert (await s.run("echo reconnected")).output == "reconnected\n"
 
 
+async def test_a_fifo_never_used_goes_away_even_with_the_connection(hosts: TestHosts, clean: None) -> None:
+    host = hosts.start("stdin-unused")
+    async with RemoteBashSession(host, audit=False) as s:
+        async with s.exclusive() as conn:
+            feed = StdinFeed(b"never sent", host=host.name, session_id=s.session_id)
+            path = Path(await feed.open(conn))
+            assert path.is_fifo() and oct(path.parent.stat().st_mode & 0o777) == "0o700"
+            await feed.close()  # the command was never sent (a refused or failed call)
+        assert not path.parent.exists()
+        async with s.exclusive() as conn:
+            feed = StdinFeed(b"never sent", host=host.name, session_id=s.session_id)
+            path = Path(await feed.open(conn))
+            for pid in _session_sshd_pids(hosts.servers["stdin-unused"].pid):
+                os.kill(pid, signal.SIGKILL)  # the connection dies before the command was sent
+            await wait_for(lambda: not path.parent.exists() and not writers(), within=20,
+                           what="the writer to remove its directory and exit")
+            await feed.close()
+
+
 # -- the pieces ------------------------------------------------------------------------------------------
 
 
