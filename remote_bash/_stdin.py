@@ -4,10 +4,12 @@ The session's shell reads its framed protocol on its own stdin, so a command's i
 another way: a FIFO in a fresh owner-only directory (``mktemp -d``, mode 0700) on the host,
 read by the command (the frame redirects the ``eval`` from it, see
 :func:`remote_bash.framing.frame_command`) and written by ``cat`` on a second exec channel of
-the same connection, which this module feeds chunk by chunk. The writer removes the directory
-as soon as both ends are open, so nothing is left on the host once the command has its input;
-when that moment never came (a refused call, a timeout, Ctrl-C), :meth:`StdinFeed.close` opens
-the FIFO itself to release whichever end waits, and removes the directory.
+the same connection, which this module feeds chunk by chunk. The writer opens the FIFO only when
+told that the command was sent, and removes the directory as soon as both ends are open, so
+nothing is left on the host once the command has its input. A writer never told (a refused call,
+a lost connection) removes the directory itself when its channel ends; should one end of the FIFO
+still wait for the other when the call is over, :meth:`StdinFeed.close` opens it to release that
+end and removes the directory.
 
 Memory stays bounded whatever the input's size: a few chunks wait between the local reader and
 the channel, whose send buffer asyncssh keeps under its high-water mark (``write`` waits).
@@ -15,7 +17,7 @@ When the command ends, its input ends with it: the writer is stopped and reading
 ``ssh`` stops when the remote command exits (a writer into a command that stopped reading gets
 SIGPIPE, as a local pipe would).
 
-This module never reads or records the input's content: it counts and hashes what it sent.
+This module never records or logs the input's content: it counts and hashes what it sent.
 It never imports asyncssh (the channel comes from :mod:`remote_bash._ssh`), and never runs the
 command itself.
 """
@@ -225,8 +227,8 @@ class StdinFeed:
         return {}
 
     async def open(self, conn: SshConnection) -> str:
-        """Make the FIFO on the host and start feeding it; returns its path. Raises SessionError
-        (nothing left on the host) when the host cannot make it."""
+        """Make the FIFO on the host; returns its path. Raises SessionError (nothing left on the
+        host) when the host cannot make it."""
         self._conn = conn
         channel = await conn.open_input(writer_script(self.session_id, self._nonce), timeout=OPEN_TIMEOUT)
         self._channel = channel
@@ -288,8 +290,9 @@ class StdinFeed:
             channel.write_eof()
 
     async def close(self) -> None:
-        """Stop feeding, close the channel, and leave nothing on the host. Never raises for the
-        host's sake: a lost connection leaves the writer to the session's next reconnect."""
+        """Stop feeding, close the channel, and leave nothing on the host. Never raises: on a lost
+        connection the writer ends by itself (its channel's input ends), and a writer stuck
+        behind a command that left the FIFO open is stopped by the session's next reconnect."""
         if self._closed:
             return
         self._closed = True

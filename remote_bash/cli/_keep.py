@@ -258,7 +258,7 @@ def exec_kept(args: KeepArgs, env: Mapping[str, str] = os.environ) -> int:
         raise _UsageError("--allow: the allowlist pattern is empty; use 'all' to allow every host")
     from ._input import has_input
 
-    if not args.no_stdin and has_input():
+    if not getattr(args, "no_stdin", False) and has_input():
         raise _UsageError("exec --keep does not pass stdin on to the command: use a session of its own "
                           "(--no-keep) to send it, or -n (or </dev/null) to send none")
     key = session_key(args, env)
