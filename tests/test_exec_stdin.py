@@ -154,6 +154,18 @@ def test_no_stdin_option_sends_nothing(env: dict[str, str], clean: None) -> None
     assert (out.returncode, out.stdout) == (0, b"end\n")
 
 
+def test_a_loop_over_a_file_needs_no_stdin_as_with_ssh(env: dict[str, str], tmp_path: Path,
+                                                        clean: None) -> None:
+    hosts_file = tmp_path / "hosts.txt"
+    hosts_file.write_text("a\nb\nc\n")
+    cli = " ".join(shlex.quote(word) for word in CLI)
+    loop = 'while read -r h; do {cli} exec {opt} stdin-a -- "echo $h"; done < {file}'
+    for opt, expected in (("", "a\n"), ("-n", "a\nb\nc\n")):
+        out = subprocess.run(["bash", "-c", loop.format(cli=cli, opt=opt, file=shlex.quote(str(hosts_file)))],
+                             env=env, capture_output=True, text=True, timeout=120)
+        assert out.stdout == expected, (opt, out.stderr)
+
+
 def test_a_command_that_reads_nothing_does_not_wait_for_the_input(env: dict[str, str], clean: None) -> None:
     # The local writer never writes nor closes: the call ends with the command, as with ssh.
     proc = subprocess.Popen([*CLI, "exec", "stdin-a", "--", "echo no input needed; exit 3"], env=env,
