@@ -17,6 +17,7 @@ import asyncio
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -29,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from remote_bash.models import Host  # noqa: E402 -- after the path to the tree under test
 from remote_bash.session import RemoteBashSession  # noqa: E402
-from tests.sshd import make_test_hosts  # noqa: E402
+from tests.sshd import TestHosts, make_test_hosts  # noqa: E402
 
 PEAK = ("import resource, subprocess, sys\n"
         "with open(sys.argv[1], 'rb') as fh:\n"
@@ -70,6 +71,14 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="rb-bench-stdin-"))
     work.chmod(0o755)  # sshd reads authorized_keys below it as the test user
     hosts = make_test_hosts(work / "hosts")
+    try:
+        _run(args, work, hosts)
+    finally:
+        hosts.stop_all()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, work: Path, hosts: TestHosts) -> None:
     host = hosts.start("bench")
     home = work / "home"
     home.mkdir()
@@ -114,8 +123,6 @@ def main() -> None:
     print(f"\nper call in one session (median of {args.calls}): run('true') {plain * 1000:.1f} ms, "
           f"run('cat', stdin=b'x') {fed * 1000:.1f} ms (+{(fed - plain) * 1000:.1f} ms for the FIFO and its channel)")
     print(f"this process's peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f} MB")
-    hosts.stop_all()
-    source.unlink()
 
 
 if __name__ == "__main__":
