@@ -43,19 +43,18 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from .agent import BashTool, EditTool
     from .inventory import Inventory, load_inventory
     from .models import CommandPolicy, CommandResult, EditPolicy, Host, KillReport, ResourceLimits
     from .session import RemoteBashSession, RemoteInfo
-    from .tool import BashTool
-    from .tools.edit import EditTool
 
 # Imported on first use, so that `remote-bash --help` does not pay for asyncssh and pydantic.
 _LAZY = {
-    "BashTool": "tool",
+    "BashTool": "agent",
     "CommandPolicy": "models",
     "CommandResult": "models",
     "EditPolicy": "models",
-    "EditTool": "tools.edit",
+    "EditTool": "agent",
     "Host": "models",
     "Inventory": "inventory",
     "KillReport": "models",

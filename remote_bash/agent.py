@@ -14,8 +14,11 @@ This module never re-runs a command and never retries one: transient API errors 
 by the SDK alone (``max_retries``), and a command whose result was never recorded is answered
 with an error that says its effect is unknown.
 
-It also registers :class:`BashTool` with the SDK's tool runner, so a ``BashTool`` can be passed
-to ``client.beta.messages.tool_runner(tools=[...])`` directly.
+:class:`BashTool` and :class:`EditTool` are the tools as the SDK's runner takes them: subclasses of
+its ``BetaAsyncBuiltinFunctionTool``, as the SDK's own built-in tools are, that signal a failed call
+with its ``ToolError`` and the whole result text. Their logic lives below, without the SDK
+(``remote_bash.tool.BashHandler``, ``remote_bash.tools.edit.EditHandler``), for the MCP server and
+the fleet, which never import anthropic.
 """
 
 from __future__ import annotations
@@ -28,10 +31,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal, cast
 
 import anthropic
-from anthropic.lib.tools import BetaAsyncBuiltinFunctionTool
+from anthropic.lib.tools import BetaAsyncBuiltinFunctionTool, ToolError
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._paths import open_private, private_dir, state_dir, write_private
@@ -40,14 +43,17 @@ from .facts import describe
 from .models import CommandResult
 from .redact import Redactor
 from .session import RemoteBashSession
-from .tool import TOOL_NAME, TOOL_TYPE, Approver, BashTool
-from .tools.edit import EditTool
+from .tool import TOOL_NAME, TOOL_TYPE, BashHandler
+from .tools._base import Approver, ToolContract, ToolHandler
+from .tools.edit import EditHandler
 
 __all__ = [
     "AgentConfig",
     "AgentError",
     "AgentEvent",
     "AgentOutcome",
+    "BashTool",
+    "EditTool",
     "TokenUsage",
     "ToolHandler",
     "ToolSet",
@@ -55,9 +61,6 @@ __all__ = [
     "estimate_cost",
     "run_agent",
 ]
-
-BetaAsyncBuiltinFunctionTool.register(BashTool)
-BetaAsyncBuiltinFunctionTool.register(EditTool)
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
 TOOLS: list[dict[str, Any]] = [{"type": TOOL_TYPE, "name": TOOL_NAME}]
@@ -212,19 +215,42 @@ class AgentOutcome(BaseModel):
     """The text of Claude's last reply."""
 
 
-class ToolHandler(Protocol):
-    """A tool a conversation offers: its definition for the API, and what answers its ``tool_use`` blocks.
+async def _call_for_runner(tool: ToolContract, tool_input: object) -> str:
+    """What the SDK's tool runner calls: the result text, or ToolError with the whole text for an error,
+    so that the runner sends it as an is_error result, neither cut nor logged as a traceback."""
+    text, is_error = await tool.answer(tool_input)
+    if is_error:
+        raise ToolError(text)
+    return text
 
-    :class:`BashTool` is one; so is ``fleet.HostBashTool``. ``handle`` returns a ``tool_result``
-    block for the block's id and must not raise for anything Claude can send.
+
+# The SDK types to_dict as its TypedDict of tool params, the handlers as the plain dict it is.
+class BashTool(BashHandler, BetaAsyncBuiltinFunctionTool):  # type: ignore[misc]
+    """Claude's bash tool (``bash_20250124``), backed by a persistent remote session.
+
+    ``handle`` answers a ``tool_use`` block with its ``tool_result``; ``call`` is the SDK tool
+    runner's entry point: ``client.beta.messages.tool_runner(tools=[BashTool(session)], ...)``. ::
+
+        tool = BashTool(session)
+        block = await tool.handle(tool_use_block)
     """
 
-    @property
-    def name(self) -> str: ...
+    async def call(self, input: object) -> str:
+        return await _call_for_runner(self, input)
 
-    def to_dict(self) -> dict[str, Any]: ...
 
-    async def handle(self, tool_use: Any) -> dict[str, Any]: ...
+class EditTool(EditHandler, BetaAsyncBuiltinFunctionTool):  # type: ignore[misc]
+    """Claude's text editor tool (``text_editor_20250728``), on the host of a remote bash session.
+
+    ``handle`` answers a ``tool_use`` block with its ``tool_result``; ``call`` is the SDK tool
+    runner's entry point. ::
+
+        tool = EditTool(session)
+        block = await tool.handle(tool_use_block)
+    """
+
+    async def call(self, input: object) -> str:
+        return await _call_for_runner(self, input)
 
 
 @dataclass(frozen=True)

@@ -115,16 +115,16 @@ class SessionHub:
     async def bash(self, name: str | None, tool_input: Mapping[str, Any], *, tool_use_id: str | None,
                    timeout: float | None = None, on_output: Callable[[str], None] | None = None,
                    approver: Approver | None = None) -> HubResult:
-        """One bash tool call on host ``name``: the same text and error flag as :class:`BashTool`."""
+        """One bash tool call on host ``name``: the same text and error flag as ``BashHandler``."""
         return await self._call(name, lambda session: run_bash_input(
             session, tool_input, tool_use_id=tool_use_id, timeout=timeout, on_output=on_output, approver=approver))
 
     async def edit(self, name: str | None, tool_input: Mapping[str, Any], *, tool_use_id: str | None,
                    approver: Approver | None = None) -> HubResult:
-        """One text editor call on host ``name``: the same text and error flag as :class:`EditTool`."""
-        from .tools.edit import EditTool
+        """One text editor call on host ``name``: the same text and error flag as ``EditHandler``."""
+        from .tools.edit import EditHandler
 
-        return await self._call(name, lambda session: EditTool(session, approver=approver).run(
+        return await self._call(name, lambda session: EditHandler(session, approver=approver).run(
             tool_input, tool_use_id=tool_use_id))
 
     async def _call(self, name: str | None,

@@ -2,8 +2,8 @@
 
 The only module that imports the MCP SDK. It exposes the hub's hosts as three tools: ``bash``
 (one persistent session per host for the life of the server, the same text and error flag Claude
-gets from :class:`~remote_bash.tool.BashTool`), ``edit`` (the text editor tool on the same host and
-connection, as :class:`~remote_bash.tools.edit.EditTool`) and ``hosts`` (what may be reached).
+gets from :class:`~remote_bash.tool.BashHandler`), ``edit`` (the text editor tool on the same host and
+connection, as :class:`~remote_bash.tools.edit.EditHandler`) and ``hosts`` (what may be reached).
 Everything else (the gate, the policy, redaction, limits, the audit log) is the session's,
 unchanged; audit records written during a call name the client.
 

@@ -535,3 +535,25 @@ async def test_bash_tool_in_the_sdk_tool_runner(
     assert failed["is_error"] is True
     assert failed["content"] == "Exit status 7"
     assert (home / mark).read_text() == "runner\n"
+
+
+async def test_a_failing_commands_whole_output_reaches_claude_through_the_runner(
+    session: RemoteBashSession, server: MessagesServer, client: anthropic.AsyncAnthropic,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # More than the 4 KiB to which the runner cuts the repr of any exception but its ToolError.
+    failing = tool_use({"command": "for i in $(seq 1 400); do echo \"error line $i of a failing build\" >&2; done; "
+                                   "(exit 2)"})
+    server.add(Reply([failing]), Reply([text("it failed")]))
+    runner = client.beta.messages.tool_runner(
+        model=MODEL, max_tokens=1024, tools=[BashTool(session)], thread=False,
+        messages=[{"role": "user", "content": "build it"}],
+    )
+    with caplog.at_level("WARNING", logger="anthropic"):
+        replies = [message async for message in runner]
+    assert replies[-1].content[0].type == "text"
+    expected = "".join(f"error line {i} of a failing build\n" for i in range(1, 401)) + "Exit status 2"
+    assert len(expected) > 3 * 4096
+    (failed,) = server.tool_results(1)
+    assert failed == {"type": "tool_result", "tool_use_id": failing["id"], "content": expected, "is_error": True}
+    assert not caplog.records, [r.getMessage() for r in caplog.records]  # no traceback logged

@@ -484,17 +484,16 @@ async def test_an_edit_waits_for_the_running_command(session: RemoteBashSession,
 
 
 async def test_call_for_the_sdk_runner(session: RemoteBashSession, work: Path) -> None:
-    from anthropic.lib.tools import BetaAsyncBuiltinFunctionTool
-
-    from remote_bash.tool import ToolCallFailed
+    from anthropic.lib.tools import BetaAsyncBuiltinFunctionTool, ToolError
 
     tool = EditTool(session)
     assert isinstance(tool, BetaAsyncBuiltinFunctionTool)
     assert tool.name == "str_replace_based_edit_tool"
     f = put(work / "c.txt", "x\n")
     assert (await tool.call({"command": "view", "path": str(f)})).endswith("     1\tx")
-    with pytest.raises(ToolCallFailed):
+    with pytest.raises(ToolError) as info:
         await tool.call({"command": "view", "path": "x"})
+    assert info.value.content.startswith("Error: 'path' must be absolute")
 
 
 async def test_writes_follow_the_hosts_approval_rules(host: Host, audit: AuditLog, work: Path) -> None:

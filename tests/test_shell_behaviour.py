@@ -213,7 +213,7 @@ async def test_without_a_login_cgroup_restart_and_close_say_what_they_left(web1:
         pids = _pids(mark, hosts.user)
         assert pids and session.last_kill is not None
         assert session.last_kill.unchecked is not None and str(pids[0]) in session.last_kill.unchecked
-        from remote_bash.tool import BashTool
+        from remote_bash import BashTool
 
         tool = BashTool(session)
         await session.run(ESCAPES["perl $0"].format(mark=mark + "b"))

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from anthropic.lib.tools import ToolError
 from anthropic.types import ToolUseBlock
 
 from remote_bash import BashTool, RemoteBashSession
-from remote_bash.tool import MAX_COMMAND_CHARS, ToolCallFailed
+from remote_bash.tool import MAX_COMMAND_CHARS
 
 from .sshd import TestHosts
 
@@ -135,6 +136,9 @@ async def test_call_for_the_sdk_runner(session: RemoteBashSession) -> None:
     assert tool.name == "bash"
     assert await tool.call({"command": "echo hi"}) == "hi\n"
     assert await tool.call({"command": "true"}) == "(no output)"
-    with pytest.raises(ToolCallFailed) as info:
+    with pytest.raises(ToolError) as info:
         await tool.call({"command": 7})
-    assert repr(info.value) == "Error: 'command' must be a string, got int"
+    assert info.value.content == "Error: 'command' must be a string, got int"
+    with pytest.raises(ToolError) as info:
+        await tool.call({"command": "echo out; echo err >&2; (exit 3)"})
+    assert info.value.content == "out\nerr\nExit status 3"

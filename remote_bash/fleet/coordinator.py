@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from remote_bash.errors import ConnectError, ConnectionLost, RemoteBashError
 from remote_bash.facts import describe
 from remote_bash.models import Host
-from remote_bash.tool import Approver, _get
+from remote_bash.tools._base import Approver, field
 
 from .conversation import _from_outcome, _last_line, _message, _Tally, _transcript
 from .host_tool import HostBashTool
@@ -75,7 +75,7 @@ class _Coordinator:
         return self.tool.to_dict()
 
     async def handle(self, tool_use: Any) -> dict[str, Any]:
-        tool_input = _get(tool_use, "input")
+        tool_input = field(tool_use, "input")
         host = tool_input.get("host") if isinstance(tool_input, Mapping) else None
         work = self.work.get(host) if isinstance(host, str) else None
         if work is None:  # not a selected host: the tool answers with an error listing them

@@ -7,10 +7,13 @@ has no SFTP subsystem), while the session is held: an edit never interleaves wit
 the same session, and two edits run one after the other. The host's ``edit`` policy is checked
 before anything is sent; every call is audited (``edit.start`` before, ``edit.end`` after).
 
-``EditTool.handle`` never raises for anything Claude can cause: a bad input, a refused path, a
+``EditHandler.handle`` never raises for anything Claude can cause: a bad input, a refused path, a
 missing file, an ambiguous ``old_str``, a lost connection all come back as a ``tool_result``
 with ``is_error: true`` and a sentence that says what to do. It never replaces a file in
 place: a new file is written beside it, then renamed over it.
+
+What this module must never do: import anthropic (``remote_bash.EditTool``, in
+``remote_bash.agent``, is this tool as the SDK's tool runner takes it).
 """
 
 from __future__ import annotations
@@ -26,13 +29,13 @@ from remote_bash._ssh import FileInfo, SshConnection
 from remote_bash.errors import AccessDenied, AuditError, ConnectError, RemoteBashError, RemoteFileError
 from remote_bash.framing import shell_quote
 from remote_bash.session import RemoteBashSession
-from remote_bash.tool import Approver, ToolCallFailed, _approve, _get, _register_with_sdk, _result
 
 from . import _text
+from ._base import Approver, ToolContract, ask_approval, tool_result
 from ._edit_policy import WRITES, check_path, normalize, path_problem
 from ._shell_files import ShellFiles
 
-__all__ = ["EditTool"]
+__all__ = ["COMMANDS", "TOOL_NAME", "TOOL_TYPE", "EditHandler", "approval_text"]
 
 TOOL_TYPE = "text_editor_20250728"
 TOOL_NAME = "str_replace_based_edit_tool"
@@ -70,12 +73,13 @@ class _Outcome:
         self.fields: dict[str, Any] = {}
 
 
-class EditTool:
-    """Claude's text editor tool, on the host of a remote bash session.
+class EditHandler(ToolContract):
+    """Claude's text editor tool on the host of a remote bash session, without the anthropic SDK.
 
-    ::
+    ``remote_bash.EditTool`` is this tool as the SDK's tool runner takes it; the MCP server and
+    the fleet's ``remote_edit`` tool use this one. ::
 
-        tool = EditTool(session)
+        tool = EditHandler(session)
         block = await tool.handle(tool_use_block)
     """
 
@@ -87,9 +91,7 @@ class EditTool:
         self.max_characters = max_characters
         self.timeout = timeout
         self.approver = approver
-        _register_with_sdk()
 
-    # The tool as the anthropic SDK's runner sees it.
     @property
     def name(self) -> str:
         return TOOL_NAME
@@ -100,25 +102,6 @@ class EditTool:
         if self.max_characters is not None:
             definition["max_characters"] = self.max_characters
         return definition
-
-    async def call(self, input: object) -> str:
-        """The runner's entry point: the result text, or ToolCallFailed for an is_error result."""
-        block = await self.run(input, tool_use_id=None)
-        if block["is_error"]:
-            raise ToolCallFailed(block["content"], host=None)
-        return str(block["content"])
-
-    async def handle(self, tool_use: Any) -> dict[str, Any]:
-        """Run one ``tool_use`` block (an SDK object or a dict) and return its ``tool_result``."""
-        tool_use_id = _get(tool_use, "id")
-        name = _get(tool_use, "name")
-        if not isinstance(tool_use_id, str) or not tool_use_id:
-            raise ValueError("a tool_use block needs a non-empty string id")
-        if name not in (None, TOOL_NAME):
-            return _result(tool_use_id, f"Error: unknown tool {name!r}; this is {TOOL_NAME!r}.", True)
-        block = await self.run(_get(tool_use, "input"), tool_use_id=tool_use_id)
-        block["tool_use_id"] = tool_use_id
-        return block
 
     async def run(self, tool_input: object, *, tool_use_id: str | None) -> dict[str, Any]:
         """Validate the input, check the policy, do the command, build the tool_result."""
@@ -134,7 +117,7 @@ class EditTool:
         said = approval_text(tool_input)
         if said is not None:
             try:
-                refusal = await _approve(self.session, said, tool_use_id, self.approver)
+                refusal = await ask_approval(self.session, said, tool_use_id, self.approver)
             except AuditError as exc:
                 refusal = f"Error: nothing was done, because it could not be audited: {exc.message}"
             if refusal:
@@ -197,7 +180,7 @@ class EditTool:
 
     def _reply(self, tool_use_id: str | None, text: str, is_error: bool) -> dict[str, Any]:
         shown, _cut = _text.bound(self.session.redact(text), self.session.host.output_limit)
-        return _result(tool_use_id, shown, is_error)
+        return tool_result(tool_use_id, shown, is_error)
 
     async def _files(self, conn: SshConnection, deadline: float) -> _Files:
         sftp = await conn.sftp(timeout=deadline)

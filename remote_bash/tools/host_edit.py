@@ -3,41 +3,43 @@
 The built-in text editor tool (``text_editor_20250728``) has a fixed input schema with no room
 for a host, so a coordinator needs a custom tool whose input names one: the same commands and
 fields as the built-in tool, plus ``host`` (an enum of the selected hosts). Each call is handed
-to that host's :class:`~remote_bash.tools.edit.EditTool`, on the host's own session, so it gets
+to that host's :class:`~remote_bash.tools.edit.EditHandler`, on the host's own session, so it gets
 the same policy checks, audit records and ``tool_result`` blocks. Nothing Claude sends raises.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from remote_bash.errors import RemoteBashError
 from remote_bash.models import Host
 from remote_bash.session import RemoteBashSession
-from remote_bash.tool import Approver, _get, _result
 
-from .edit import COMMANDS, EditTool
+from ._base import Approver, HostDispatch
+from .edit import COMMANDS, EditHandler
 
 __all__ = ["HostEditTool"]
 
 
-class HostEditTool:
+class HostEditTool(HostDispatch):
     """The text editor, per host: ``{"host": ..., "command": "view", "path": ...}``.
 
     ``connect`` returns the host's open session (``FleetPool.connect`` fits)."""
 
-    name = "remote_edit"
+    fields = "'host', 'command' and 'path'"
 
     def __init__(self, connect: Callable[[Host], Awaitable[RemoteBashSession]], hosts: Sequence[Host], *,
                  max_characters: int | None = None, approver: Approver | None = None) -> None:
-        if not hosts:
-            raise ValueError("HostEditTool needs at least one host")
-        self._connect = connect
-        self.hosts = {h.name: h for h in hosts}
+        super().__init__(connect, hosts)
         self.max_characters = max_characters
         self.approver = approver
-        self._tools: dict[str, EditTool] = {}
+
+    @property
+    def name(self) -> str:
+        return "remote_edit"
+
+    def make(self, session: RemoteBashSession, host: str) -> EditHandler:
+        return EditHandler(session, max_characters=self.max_characters, approver=self.approver)
 
     def to_dict(self) -> dict[str, Any]:
         """The tool definition sent to the Messages API."""
@@ -70,34 +72,3 @@ class HostEditTool:
                 "additionalProperties": False,
             },
         }
-
-    async def handle(self, tool_use: Any) -> dict[str, Any]:
-        """Run one ``tool_use`` block (an SDK object or a dict) and return its ``tool_result``."""
-        tool_use_id = _get(tool_use, "id")
-        if not isinstance(tool_use_id, str) or not tool_use_id:
-            raise ValueError("a tool_use block needs a non-empty string id")
-        name = _get(tool_use, "name")
-        if name not in (None, self.name):
-            return _result(tool_use_id, f"Error: unknown tool {name!r}; the tool here is {self.name!r}.", True)
-        return await self.run(_get(tool_use, "input"), tool_use_id=tool_use_id)
-
-    async def run(self, tool_input: object, *, tool_use_id: str | None) -> dict[str, Any]:
-        """Check the host, then let that host's :class:`EditTool` check and do the rest."""
-        if not isinstance(tool_input, Mapping):
-            return _result(tool_use_id, "Error: the input must be an object with 'host', 'command' and 'path'.",
-                           True)
-        host_name = tool_input.get("host")
-        if not isinstance(host_name, str) or host_name not in self.hosts:
-            return _result(tool_use_id, f"Error: unknown host {host_name!r}; the hosts are: "
-                                        f"{', '.join(self.hosts)}.", True)
-        try:
-            session = await self._connect(self.hosts[host_name])
-        except RemoteBashError as exc:
-            return _result(tool_use_id, f"Error: could not reach {host_name}: {exc.message}", True)
-        tool = self._tools.get(host_name)
-        if tool is None or tool.session is not session:
-            tool = self._tools[host_name] = EditTool(session, max_characters=self.max_characters,
-                                                     approver=self.approver)
-        block = await tool.run({k: v for k, v in tool_input.items() if k != "host"}, tool_use_id=tool_use_id)
-        block["tool_use_id"] = tool_use_id
-        return block

@@ -1,0 +1,127 @@
+"""The package's import graph, read from the source: no cycles, and each SDK behind one module.
+
+Every import counts, at module level or inside a function (a lazy import is still an import);
+only ``if TYPE_CHECKING:`` blocks, which never run, are left out.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+import remote_bash
+
+PACKAGE = Path(remote_bash.__file__).parent
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(module: str) -> set[str]:
+    """Every module ``module`` imports at run time: internal ones resolved to the module file
+    that runs (``from .x import name`` is ``x.name`` when that is a module), external ones by name."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                source = f"{base}.{node.module}" if node.module else base
+            else:
+                source = node.module or ""
+            submodules = {f"{source}.{alias.name}" for alias in node.names} & MODULES.keys()
+            found.update(submodules)
+            if len(submodules) < len(node.names):
+                found.add(source)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name)
+              and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) == "import_module"
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+              and not node.args[0].value.startswith(".")):
+            found.add(node.args[0].value)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+    found.discard(module)
+    return found
+
+
+def test_the_walk_sees_the_imports_it_must() -> None:
+    # The walk itself: relative, absolute, submodule and lazy (in-function) imports are all seen.
+    assert "remote_bash.tool" in _imports("remote_bash.agent")
+    assert "remote_bash.tools.edit" in _imports("remote_bash.agent")
+    assert "remote_bash.tools._base" in _imports("remote_bash.tools.edit")
+    assert "remote_bash.agent" in _imports("remote_bash.fleet.per_host")  # inside a function
+    assert "anthropic" in _imports("remote_bash.agent")
+    assert "anthropic" not in _imports("remote_bash.fleet.per_host")  # a TYPE_CHECKING block
+    assert len(MODULES) > 40
+
+
+def test_no_module_imports_a_module_that_imports_it_back() -> None:
+    graph = {name: {m for m in _imports(name) if m in MODULES} for name in MODULES}
+    try:
+        tuple(TopologicalSorter(graph).static_order())
+    except CycleError as exc:
+        cycle = exc.args[1]
+        raise AssertionError(f"import cycle: {' -> '.join(reversed(cycle))}") from None
+
+
+def test_anthropic_is_imported_by_one_module_only() -> None:
+    importers = sorted(name for name in MODULES
+                       if any(m == "anthropic" or m.startswith("anthropic.") for m in _imports(name)))
+    assert importers == ["remote_bash.agent"]
+
+
+def test_the_tools_the_mcp_server_and_the_fleet_run_without_loading_anthropic() -> None:
+    # Made and used the way the MCP server and the fleet use them (construction once pulled the
+    # SDK in to register the tools with it).
+    code = """
+import sys
+import remote_bash.mcp, remote_bash.hub, remote_bash.fleet
+from remote_bash.tool import BashHandler
+from remote_bash.tools.edit import EditHandler, approval_text
+from remote_bash.tools.host_edit import HostEditTool
+from remote_bash.fleet import HostBashTool
+from remote_bash.models import Host
+
+host = Host(name="h", hostname="127.0.0.9")
+async def connect(host): raise AssertionError
+for tool in (BashHandler(None), EditHandler(None), HostEditTool(connect, [host])):
+    tool.to_dict()
+approval_text({"command": "create", "path": "/tmp/x"})
+print("anthropic" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=PACKAGE.parent, timeout=60)
+    assert out.stdout.split() == ["False"], out.stderr
+
+
+def test_the_sdk_tools_subclass_the_sdks_base_class() -> None:
+    from anthropic.lib.tools import BetaAsyncBuiltinFunctionTool
+
+    from remote_bash import BashTool, EditTool
+
+    for tool in (BashTool, EditTool):
+        assert BetaAsyncBuiltinFunctionTool in tool.__mro__
