@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import AccessDenied, AuditError, ConnectError, ConnectionLost, RemoteBashError
 from .models import CommandResult
 from .session import RemoteBashSession
-from .tools._base import Approver, ToolContract, ask_approval, tool_result
+from .tools._base import Approver, SessionTool, ask_approval, tool_result
 
 __all__ = ["MAX_COMMAND_CHARS", "TOOL_NAME", "TOOL_TYPE", "Approver", "BashHandler", "format_result",
            "run_bash_input"]
@@ -64,30 +65,15 @@ def _join(text: str, note: str) -> str:
     return f"{text}{note}" if text.endswith("\n") else f"{text}\n{note}"
 
 
-class BashHandler(ToolContract):
-    """Claude's bash tool on a persistent remote session, without the anthropic SDK.
+@dataclass(eq=False, kw_only=True)
+class BashHandler(SessionTool):
+    """Claude's bash tool on a persistent remote session, without the anthropic SDK: what the MCP
+    server and the fleet's ``remote_bash`` tool run, and what ``remote_bash.BashTool`` (the same tool
+    for the SDK's tool runner) is built on. Each call is :func:`run_bash_input`."""
 
-    ``remote_bash.BashTool`` is this tool as the SDK's tool runner takes it; the MCP server and
-    the fleet's ``remote_bash`` tool use this one. ::
-
-        tool = BashHandler(session)
-        block = await tool.handle(tool_use_block)
-    """
-
-    def __init__(self, session: RemoteBashSession, *, timeout: float | None = None,
-                 on_output: Callable[[str], None] | None = None, approver: Approver | None = None) -> None:
-        self.session = session
-        self.timeout = timeout
-        self.on_output = on_output
-        self.approver = approver
-
-    @property
-    def name(self) -> str:
-        return TOOL_NAME
-
-    def to_dict(self) -> dict[str, Any]:
-        """The tool definition sent to the Messages API."""
-        return {"type": TOOL_TYPE, "name": TOOL_NAME}
+    tool_type, tool_name = TOOL_TYPE, TOOL_NAME
+    on_output: Callable[[str], None] | None = None
+    """Gets the command's output as it comes."""
 
     async def run(self, tool_input: object, *, tool_use_id: str | None) -> dict[str, Any]:
         """Validate the input, run it, and build the tool_result (tool_use_id filled by handle)."""

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import os
+import pwd
+import shutil
 import tempfile
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -87,3 +90,15 @@ async def client(server: MessagesServer) -> AsyncIterator[anthropic.AsyncAnthrop
 async def session(web1: Host) -> AsyncIterator[RemoteBashSession]:
     async with RemoteBashSession(web1, kill_grace=0.5) as s:
         yield s
+
+
+@pytest.fixture
+def work(hosts: TestHosts) -> Iterator[Path]:
+    """A fresh directory in the remote user's home, owned by that user (the hosts are this machine),
+    removed afterwards."""
+    user = pwd.getpwnam(hosts.user)
+    path = Path(user.pw_dir) / f"rbwork-{uuid.uuid4().hex[:10]}"
+    path.mkdir()
+    os.chown(path, user.pw_uid, user.pw_gid)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

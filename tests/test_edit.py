@@ -10,10 +10,9 @@ import asyncio
 import hashlib
 import os
 import pwd
-import shutil
 import stat
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -70,17 +69,6 @@ def audit(tmp_path: Path) -> AuditLog:
 async def session(host: Host, audit: AuditLog) -> AsyncIterator[RemoteBashSession]:
     async with RemoteBashSession(host, audit=audit, kill_grace=0.5) as s:
         yield s
-
-
-@pytest.fixture
-def work(hosts: TestHosts) -> Iterator[Path]:
-    """A fresh directory owned by the remote user."""
-    user = pwd.getpwnam(hosts.user)
-    path = Path(user.pw_dir) / f"rbedit-{uuid.uuid4().hex[:10]}"
-    path.mkdir()
-    os.chown(path, user.pw_uid, user.pw_gid)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def put(path: Path, data: bytes | str, mode: int = 0o644) -> Path:

@@ -4,14 +4,9 @@ the real SDK against the scripted Messages endpoint, the real sshd behind the se
 from __future__ import annotations
 
 import json
-import os
-import pwd
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
-import pytest
 
 from remote_bash import EditTool, RemoteBashSession
 from remote_bash.agent import AgentConfig, AgentEvent, run_agent
@@ -19,27 +14,15 @@ from remote_bash.audit import AuditLog
 from remote_bash.models import Host
 
 from .messages_server import MessagesServer, Reply, text, tool_use
-from .sshd import TestHosts
+from .test_edit import put
 
 EDITOR = "str_replace_based_edit_tool"
 
 
-@pytest.fixture
-def script_dir(hosts: TestHosts) -> Iterator[Path]:
-    user = pwd.getpwnam(hosts.user)
-    path = Path(user.pw_dir) / f"rbedit-agent-{uuid.uuid4().hex[:8]}"
-    path.mkdir()
-    os.chown(path, user.pw_uid, user.pw_gid)
-    yield path
-    for child in path.iterdir():
-        child.unlink()
-    path.rmdir()
-
-
 async def test_edit_then_run_through_the_real_sdk(web1: Host, server: MessagesServer,
-                                                  client: anthropic.AsyncAnthropic, script_dir: Path,
+                                                  client: anthropic.AsyncAnthropic, work: Path,
                                                   tmp_path: Path) -> None:
-    script = script_dir / "greet.sh"
+    script = work / "greet.sh"
     audit = AuditLog(tmp_path / "audit")
     create = tool_use({"command": "create", "path": str(script), "file_text": "#!/bin/sh\necho hello\n"},
                       name=EDITOR)
@@ -89,10 +72,8 @@ async def test_tools_can_be_chosen(web1: Host, server: MessagesServer, client: a
 
 
 async def test_edit_tool_in_the_sdk_tool_runner(web1: Host, server: MessagesServer,
-                                                client: anthropic.AsyncAnthropic, script_dir: Path) -> None:
-    f = script_dir / "notes.txt"
-    f.write_text("a\n")
-    os.chown(f, script_dir.stat().st_uid, script_dir.stat().st_gid)
+                                                client: anthropic.AsyncAnthropic, work: Path) -> None:
+    f = put(work / "notes.txt", "a\n")
     good = tool_use({"command": "insert", "path": str(f), "insert_line": 1, "insert_text": "b\n"}, name=EDITOR)
     bad = tool_use({"command": "view", "path": "notes.txt"}, name=EDITOR)
     server.add(Reply([good, bad]), Reply([text("done")]))

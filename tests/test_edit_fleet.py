@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import pwd
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +16,7 @@ from remote_bash.models import Host
 from .messages_server import MessagesServer, Reply, text, tool_use
 from .sshd import TestHosts
 from .test_cli import base_env, cli, host_entry, write_inventory
+from .test_edit import put
 
 
 @pytest.fixture(scope="module")
@@ -27,28 +24,10 @@ def pair(hosts: TestHosts) -> tuple[Host, Host]:
     return hosts.start("ed-a"), hosts.start("ed-b")
 
 
-@pytest.fixture
-def work(hosts: TestHosts) -> Iterator[Path]:
-    user = pwd.getpwnam(hosts.user)
-    path = Path(user.pw_dir) / f"rbedit-fleet-{uuid.uuid4().hex[:8]}"
-    path.mkdir()
-    os.chown(path, user.pw_uid, user.pw_gid)
-    yield path
-    for child in path.iterdir():
-        child.unlink()
-    path.rmdir()
-
-
-def _write(path: Path, text: str) -> Path:
-    path.write_text(text)
-    os.chown(path, path.parent.stat().st_uid, path.parent.stat().st_gid)
-    return path
-
-
 async def test_coordinator_edits_a_named_host(pair: tuple[Host, Host], server: MessagesServer,
                                               client: anthropic.AsyncAnthropic, work: Path, tmp_path: Path) -> None:
     a, b = pair
-    conf = _write(work / "app.conf", "mode = old\n")
+    conf = put(work / "app.conf", "mode = old\n")
     edit = tool_use({"host": "ed-b", "command": "str_replace", "path": str(conf), "old_str": "old",
                      "new_str": "new"}, id="te1", name="remote_edit")
     stray = tool_use({"host": "ed-z", "command": "view", "path": str(conf)}, id="te2", name="remote_edit")
@@ -81,7 +60,7 @@ async def test_each_host_conversation_gets_both_tools(pair: tuple[Host, Host], s
 
 def test_cli_run_tools_edit_policy_and_audit_show(pair: tuple[Host, Host], work: Path, tmp_path: Path) -> None:
     a, _b = pair
-    keep = _write(work / "keep.txt", "k\n")
+    keep = put(work / "keep.txt", "k\n")
     inventory = write_inventory(tmp_path / "hosts.yaml", {
         "ed-a": host_entry(a, edit={"deny": [str(keep)]}),
     })

@@ -33,19 +33,15 @@ class HostBashTool(HostDispatch):
     that :class:`~remote_bash.tool.BashHandler` builds, and nothing Claude sends raises.
     """
 
+    tool_name = "remote_bash"
     fields = "'host' and 'command'"
 
     def __init__(self, pool: FleetPool, hosts: Sequence[Host], *, timeout: float | None = None,
                  on_output: Callable[[str, str], None] | None = None, approver: Approver | None = None) -> None:
-        super().__init__(pool.connect, hosts)
+        super().__init__(pool.connect, hosts, approver)
         self.pool = pool
         self.timeout = timeout
         self.on_output = on_output
-        self.approver = approver
-
-    @property
-    def name(self) -> str:
-        return "remote_bash"
 
     def make(self, session: RemoteBashSession, host: str) -> BashHandler:
         on_output = self.on_output

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,23 +23,23 @@ if TYPE_CHECKING:
     import anthropic
 
     from remote_bash.agent import AgentConfig, AgentEvent
-    from remote_bash.tool import Approver
+    from remote_bash.tools._base import Approver
 
+
+@dataclass(eq=False)
 class _PerHost:
     """Runs a conversation per host within the pool's limits, batch by batch with ``serial``."""
 
-    def __init__(self, pool: FleetPool, task: str, config: AgentConfig, directory: Path,
-                 client: anthropic.AsyncAnthropic | None, on_event: Callable[[str, AgentEvent], None] | None,
-                 progress: _Progress, approver: Approver | None = None) -> None:
-        self.pool = pool
-        self.approver = approver
-        self.task = task
-        self.config = config
-        self.directory = directory
-        self.client = client
-        self.on_event = on_event
-        self.progress = progress
-        self.stop: str | None = None  # why hosts not started yet are skipped; None while they may start
+    pool: FleetPool
+    task: str
+    config: AgentConfig
+    directory: Path
+    client: anthropic.AsyncAnthropic | None
+    on_event: Callable[[str, AgentEvent], None] | None
+    progress: _Progress
+    approver: Approver | None = None
+    stop: str | None = field(default=None, init=False)
+    """Why hosts not started yet are skipped; None while they may start."""
 
     async def run(self, selected: Sequence[Host], *, serial: int | None, fail_fast: bool) -> list[HostRun]:
         results: dict[str, HostRun] = {}

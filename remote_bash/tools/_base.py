@@ -13,14 +13,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol
+from dataclasses import KW_ONLY, dataclass
+from typing import Any, ClassVar, Protocol
 
 from remote_bash.approval import Approval, Need, approval_needed
 from remote_bash.errors import RemoteBashError
 from remote_bash.models import Host
 from remote_bash.session import RemoteBashSession
 
-__all__ = ["Approver", "HostDispatch", "ToolContract", "ToolHandler", "ask_approval", "field", "tool_result"]
+__all__ = ["Approver", "HostDispatch", "SessionTool", "ToolContract", "ToolHandler", "ask_approval", "field",
+           "tool_result"]
 
 Approver = Callable[[Host, str, Need], Awaitable[Approval]]
 """Asks a person whether ``command`` may run on the host, and returns their answer."""
@@ -63,13 +65,15 @@ def _block_id(tool_use: Any) -> str:
 class ToolContract(ABC):
     """One tool's contract: ``handle`` a ``tool_use`` block, ``run`` its input, ``answer`` with the text.
 
-    Subclasses give ``name``, ``to_dict`` and ``run``; nothing Claude sends makes them raise.
+    Subclasses give ``tool_name``, ``to_dict`` and ``run``; nothing Claude sends makes them raise.
     """
 
+    tool_name: ClassVar[str]
+
     @property
-    @abstractmethod
     def name(self) -> str:
         """The tool's name in the API."""
+        return self.tool_name
 
     @abstractmethod
     def to_dict(self) -> dict[str, Any]:
@@ -95,23 +99,43 @@ class ToolContract(ABC):
         return str(block["content"]), bool(block["is_error"])
 
 
+@dataclass(eq=False)
+class SessionTool(ToolContract):
+    """One of Anthropic's built-in tools (``tool_type``), worked on one host's session: what the bash
+    tool and the text editor share."""
+
+    tool_type: ClassVar[str]
+    session: RemoteBashSession
+    _: KW_ONLY
+    timeout: float | None = None
+    """The deadline of one call; None means the host's ``command_timeout``."""
+    approver: Approver | None = None
+    """Asked before a call the host's ``approve`` rules name; without one, such a call is refused."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The tool definition sent to the Messages API."""
+        return {"type": self.tool_type, "name": self.tool_name}
+
+
 class HostDispatch(ToolContract):
     """A custom tool whose input names one of several hosts: each call goes to that host's own tool.
 
     The built-in tools have fixed input schemas with no room for a host, so a conversation that
     drives several hosts needs a custom tool with a ``host`` field (an enum of the selected
     hosts). ``connect`` returns the host's open session; each host keeps its tool, and so its
-    session, from call to call. Subclasses give ``name``, ``to_dict``, ``fields`` and ``make``.
+    session, from call to call. Subclasses give ``tool_name``, ``to_dict``, ``fields`` and ``make``.
     """
 
-    fields = "'host'"
+    fields: ClassVar[str] = "'host'"
     """How the input's required fields are named in the error for an input that is no object."""
 
-    def __init__(self, connect: Callable[[Host], Awaitable[RemoteBashSession]], hosts: Sequence[Host]) -> None:
+    def __init__(self, connect: Callable[[Host], Awaitable[RemoteBashSession]], hosts: Sequence[Host],
+                 approver: Approver | None) -> None:
         if not hosts:
             raise ValueError(f"{type(self).__name__} needs at least one host")
         self._connect = connect
         self.hosts = {h.name: h for h in hosts}
+        self.approver = approver
         self._tools: dict[str, ToolContract] = {}
         self._sessions: dict[str, RemoteBashSession] = {}
 

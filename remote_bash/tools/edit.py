@@ -23,15 +23,15 @@ import hashlib
 import posixpath
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from remote_bash._ssh import FileInfo, SshConnection
 from remote_bash.errors import AccessDenied, AuditError, ConnectError, RemoteBashError, RemoteFileError
 from remote_bash.framing import shell_quote
-from remote_bash.session import RemoteBashSession
 
 from . import _text
-from ._base import Approver, ToolContract, ask_approval, tool_result
+from ._base import SessionTool, ask_approval, tool_result
 from ._edit_policy import WRITES, check_path, normalize, path_problem
 from ._shell_files import ShellFiles
 
@@ -73,32 +73,24 @@ class _Outcome:
         self.fields: dict[str, Any] = {}
 
 
-class EditHandler(ToolContract):
+@dataclass(eq=False, kw_only=True)
+class EditHandler(SessionTool):
     """Claude's text editor tool on the host of a remote bash session, without the anthropic SDK.
 
-    ``remote_bash.EditTool`` is this tool as the SDK's tool runner takes it; the MCP server and
-    the fleet's ``remote_edit`` tool use this one. ::
+    The MCP server and the fleet's ``remote_edit`` tool use it as it is; ``remote_bash.EditTool``
+    adds the SDK tool runner's entry point."""
 
-        tool = EditHandler(session)
-        block = await tool.handle(tool_use_block)
-    """
+    tool_type, tool_name = TOOL_TYPE, TOOL_NAME
+    max_characters: int | None = None
+    """Longest view shown, in characters (sent in the tool definition); None for the tool's default."""
 
-    def __init__(self, session: RemoteBashSession, *, max_characters: int | None = None,
-                 timeout: float | None = None, approver: Approver | None = None) -> None:
-        if max_characters is not None and max_characters < 1:
-            raise ValueError(f"max_characters must be positive, got {max_characters}")
-        self.session = session
-        self.max_characters = max_characters
-        self.timeout = timeout
-        self.approver = approver
-
-    @property
-    def name(self) -> str:
-        return TOOL_NAME
+    def __post_init__(self) -> None:
+        if self.max_characters is not None and self.max_characters < 1:
+            raise ValueError(f"max_characters must be positive, got {self.max_characters}")
 
     def to_dict(self) -> dict[str, Any]:
         """The tool definition sent to the Messages API."""
-        definition: dict[str, Any] = {"type": TOOL_TYPE, "name": TOOL_NAME}
+        definition = super().to_dict()
         if self.max_characters is not None:
             definition["max_characters"] = self.max_characters
         return definition

@@ -26,17 +26,13 @@ class HostEditTool(HostDispatch):
 
     ``connect`` returns the host's open session (``FleetPool.connect`` fits)."""
 
+    tool_name = "remote_edit"
     fields = "'host', 'command' and 'path'"
 
     def __init__(self, connect: Callable[[Host], Awaitable[RemoteBashSession]], hosts: Sequence[Host], *,
                  max_characters: int | None = None, approver: Approver | None = None) -> None:
-        super().__init__(connect, hosts)
+        super().__init__(connect, hosts, approver)
         self.max_characters = max_characters
-        self.approver = approver
-
-    @property
-    def name(self) -> str:
-        return "remote_edit"
 
     def make(self, session: RemoteBashSession, host: str) -> EditHandler:
         return EditHandler(session, max_characters=self.max_characters, approver=self.approver)
