@@ -23,6 +23,7 @@ from remote_bash.audit import AuditLog, format_records
 from remote_bash.models import EditPolicy, Host
 from remote_bash.tools.edit import MAX_FILE_BYTES, MAX_TEXT_CHARS, VIEW_LIMIT
 
+from .readme import checked, matches, python_snippets
 from .sshd import TestHosts
 from .waiting import wait_for
 
@@ -512,3 +513,18 @@ async def test_writes_follow_the_hosts_approval_rules(host: Host, audit: AuditLo
         assert [r["approved"] for r in answers] == [False, True]
     finally:
         outside.unlink(missing_ok=True)
+
+
+async def test_the_readmes_editor_example_runs_as_shown(session: RemoteBashSession, work: Path) -> None:
+    (snippet,) = python_snippets("The text editor tool")
+    conf = put(work / "app.conf", "[server]\nworkers = 2\nport = 8080\n")
+    code, stated = checked(snippet.replace("/etc/app.conf", str(conf)), "seen.append")
+    body = "".join(f"    {line}\n" for line in code.splitlines())
+    namespace: dict[str, Any] = {}
+    # The README's own text, run as the body of a user's async function: exec is the point here.
+    exec(f"async def example(session, seen):\n{body}", namespace)  # noqa: S102
+    seen: list[Any] = []
+    await namespace["example"](session, seen)
+    assert len(seen) == len(stated) == 1
+    assert matches(stated[0], seen[0]), seen[0]
+    assert conf.read_text() == "[server]\nworkers = 4\nport = 8080\n"

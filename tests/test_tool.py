@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import pwd
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,10 +15,12 @@ import pytest
 from anthropic.lib.tools import ToolError
 from anthropic.types import ToolUseBlock
 
-from remote_bash import BashTool, RemoteBashSession
+from remote_bash import BashTool, Host, RemoteBashSession
 from remote_bash.tool import MAX_COMMAND_CHARS
 
+from .readme import checked, matches, python_snippets
 from .sshd import TestHosts
+from .test_cli import base_env, host_entry, write_inventory
 
 
 @pytest.fixture
@@ -142,3 +147,41 @@ async def test_call_for_the_sdk_runner(session: RemoteBashSession) -> None:
     with pytest.raises(ToolError) as info:
         await tool.call({"command": "echo out; echo err >&2; (exit 3)"})
     assert info.value.content == "out\nerr\nExit status 3"
+
+
+# -- the README's "Using it from Python", run as a user runs it -------------------------------------
+
+
+_STATED = "import json\ndef _stated(value):\n    print('stated:', json.dumps(value))\n"
+
+
+def test_the_readmes_python_example_runs_as_shown(web1: Host, tmp_path: Path) -> None:
+    (snippet,) = python_snippets("Using it from Python")
+    code, stated = checked(snippet, "_stated")
+    assert len(stated) == 1
+    write_inventory(tmp_path / "hosts.yaml", {"web-1": host_entry(web1)})
+    listed = Path("/srv") / f"rbreadme-{uuid.uuid4().hex[:8]}"  # what `cd /srv && ls` finds
+    listed.touch()
+    try:
+        env = {**base_env(tmp_path), "PYTHONPATH": str(Path(__file__).parents[1])}
+        out = subprocess.run([sys.executable, "-c", _STATED + code], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=120)
+    finally:
+        listed.unlink()
+    assert out.returncode == 0, out.stderr
+    first, block_line = out.stdout.rstrip("\n").rsplit("\n", 1)
+    assert listed.name in first.split()
+    assert first.split()[-3:] == ["0", "False", "False"]  # exit_code, timed_out, truncated
+    block = json.loads(block_line.removeprefix("stated: "))
+    assert matches(stated[0], block), block
+    assert "load average" in block["content"]  # uptime's output
+    # The session wrote the host's audit log in the CLI's default directory, as the text says.
+    assert list((tmp_path / "home" / ".state" / "remote-bash" / "audit").glob("web-1*"))
+
+
+async def test_the_sdk_free_handler_answers_as_the_sdk_tool_does(session: RemoteBashSession) -> None:
+    from remote_bash.tool import BashHandler
+
+    for tool_input in ({"command": "echo same"}, {"command": "(exit 4)"}, {"cmd": "x"}):
+        use = block(tool_input)
+        assert await BashHandler(session, timeout=5).handle(use) == await BashTool(session, timeout=5).handle(use)
