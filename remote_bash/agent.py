@@ -1,10 +1,10 @@
 """The agent loop: Claude works on one host through the bash tool. The only module that imports anthropic.
 
 :func:`run_agent` sends the task, runs every ``tool_use`` block of each reply in order through
-:class:`~remote_bash.tool.BashTool` and answers them all in one user message, until Claude ends
-its turn or a limit (turns, tokens, estimated cost) or Ctrl-C stops it. Every request, reply,
-command and result goes to a JSONL transcript as it happens, so a crash leaves a transcript
-that ``resume=`` can continue from.
+:class:`BashTool` (and :class:`EditTool`) and answers them all in one user message, until Claude
+ends its turn or a limit (turns, tokens, estimated cost) or Ctrl-C stops it. Every request, reply,
+command and result goes to a JSONL transcript (``remote_bash.transcript``) as it happens, so a
+crash leaves a transcript that ``resume=`` can continue from.
 
 Instead of one host's session, a :class:`ToolSet` may be passed: the conversation then offers
 those tools (any :class:`ToolHandler`, such as ``fleet.HostBashTool``) with that system prompt,
@@ -24,12 +24,10 @@ the fleet, which never import anthropic.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -37,8 +35,7 @@ import anthropic
 from anthropic.lib.tools import BetaAsyncBuiltinFunctionTool, ToolError
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._paths import open_private, private_dir, state_dir, write_private
-from .errors import RemoteBashError
+from ._paths import private_dir, write_private
 from .facts import describe
 from .models import CommandResult
 from .redact import Redactor
@@ -46,6 +43,17 @@ from .session import RemoteBashSession
 from .tool import TOOL_NAME, TOOL_TYPE, BashHandler
 from .tools._base import Approver, ToolContract, ToolHandler
 from .tools.edit import EditHandler
+from .transcript import (
+    AgentError,
+    Transcript,
+    add_user,
+    answer_pending,
+    block_param,
+    default_transcript,
+    default_transcript_dir,
+    now,
+    rebuild,
+)
 
 __all__ = [
     "AgentConfig",
@@ -85,17 +93,6 @@ _PRICES: tuple[tuple[str, float, float], ...] = (
     ("haiku", 1.0, 5.0),
 )
 _FALLBACK_PRICE = (10.0, 50.0)
-
-
-class AgentError(RemoteBashError):
-    """The agent run could not go on (the API refused a request, a transcript is unusable).
-
-    ``transcript`` is the transcript written so far, when there is one.
-    """
-
-    def __init__(self, message: str, *, host: str | None = None, transcript: Path | None = None) -> None:
-        super().__init__(message, host=host)
-        self.transcript = transcript
 
 
 def _default_model() -> str:
@@ -268,43 +265,6 @@ class ToolSet:
     """The system prompt, in place of the one-host prompt; ``AgentConfig.system_extra`` is appended."""
 
 
-class _Transcript:
-    """Append-only JSONL, one flushed line per event.
-
-    Written synchronously on purpose: appending a line to a local file takes microseconds, and a
-    write handed to a thread could itself be cancelled by the Ctrl-C it is meant to record.
-    """
-
-    def __init__(self, path: Path, redact: Callable[[str], str]) -> None:
-        self.path = path
-        self._redact = redact
-        # The transcript holds command output: readable by its owner only, never through a link.
-        private_dir(path.parent, what="transcripts")
-        fd = open_private(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, what="the transcript")
-        self._fh = os.fdopen(fd, "a", encoding="utf-8")
-
-    def write(self, kind: str, **fields: Any) -> None:
-        # Every string masked: commands Claude wrote, the task, Claude's text (a resumed run is
-        # rebuilt from these, so it continues with the masks in place of the secrets).
-        record = {"type": kind, "time": _now(), **_masked(fields, self._redact)}
-        self._fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
-        self._fh.flush()
-
-    def close(self) -> None:
-        self._fh.close()
-
-
-def _masked(value: Any, redact: Callable[[str], str]) -> Any:
-    """``value`` (JSON-like) with ``redact`` applied to every string in it, keys aside."""
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {k: _masked(v, redact) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_masked(v, redact) for v in value]
-    return value
-
-
 class _Watched:
     """Passes every call through to the session and keeps the last CommandResult, for the events."""
 
@@ -384,26 +344,26 @@ async def _run(task: str, session: RemoteBashSession | ToolSet, config: AgentCon
 
 def _prepare(task: str, host: str, user: str | None, tools: list[dict[str, Any]], config: AgentConfig,
              system: list[dict[str, Any]], resume: Path | None,
-             redact: Callable[[str], str]) -> tuple[_Transcript, list[dict[str, Any]]]:
+             redact: Callable[[str], str]) -> tuple[Transcript, list[dict[str, Any]]]:
     """Open the transcript and build the first messages: the task, or the resumed conversation."""
     if resume is None:
-        transcript = _Transcript(config.transcript or _default_transcript(host), redact)
-        transcript.write("meta", task=task, host=host, model=config.model, started=_now(), user=user,
+        transcript = Transcript(config.transcript or default_transcript(host), redact)
+        transcript.write("meta", task=task, host=host, model=config.model, started=now(), user=user,
                          system=system, tools=tools)
         return transcript, [{"role": "user", "content": task}]
-    messages, records = _rebuild(resume, host)
+    messages, records = rebuild(resume, host)
     path = config.transcript or resume
     if path.resolve() != resume.resolve():
         private_dir(path.parent, what="transcripts")
         write_private(path, resume.read_bytes(), what="the transcript")
-    transcript = _Transcript(path, redact)
-    transcript.write("resume", host=host, model=config.model, started=_now(), task=task or None)
-    _answer_pending(messages, records, transcript)
+    transcript = Transcript(path, redact)
+    transcript.write("resume", host=host, model=config.model, started=now(), task=task or None)
+    answer_pending(messages, records, transcript)
     note = task if task.strip() else ""
     if not note and messages[-1]["role"] == "assistant":
         note = "The run was resumed. Carry on with the task if it is not finished; otherwise summarize."
     if note:
-        _add_user(messages, [{"type": "text", "text": note}])
+        add_user(messages, [{"type": "text", "text": note}])
         transcript.write("user", content=[{"type": "text", "text": note}])
     return transcript, messages
 
@@ -412,7 +372,7 @@ class _Loop:
     """One run: request, run the tools, answer, until a stop."""
 
     def __init__(self, session: RemoteBashSession | ToolSet, config: AgentConfig,
-                 client: anthropic.AsyncAnthropic, emit: Callable[[AgentEvent], None], transcript: _Transcript,
+                 client: anthropic.AsyncAnthropic, emit: Callable[[AgentEvent], None], transcript: Transcript,
                  messages: list[dict[str, Any]], system: list[dict[str, Any]],
                  approver: Approver | None = None) -> None:
         self.config = config
@@ -457,7 +417,7 @@ class _Loop:
                     return self._stop(*_claude_stop(stop_reason))
                 results = [await self._run_tool(block) for block in uses]
                 self.transcript.write("tool_results", content=results)
-                _add_user(self.messages, results)
+                add_user(self.messages, results)
         except (asyncio.CancelledError, KeyboardInterrupt) as exc:
             # Ctrl-C: session.run has already killed the remote command. Record the stop and
             # report it as an outcome, taking the cancellation back so the task's count stays right.
@@ -513,7 +473,7 @@ class _Loop:
             raise error from exc
         message = reply.model_dump(mode="json", exclude_none=True)
         self.transcript.write("response", turn=self.turns, message=message)
-        self.messages.append({"role": "assistant", "content": [_block_param(b) for b in message["content"]]})
+        self.messages.append({"role": "assistant", "content": [block_param(b) for b in message["content"]]})
         self.usage.add(reply.usage)
         self.emit(AgentEvent("usage", usage=self.usage.model_copy(), cost_usd=self.cost))
         return message
@@ -632,32 +592,6 @@ def _with_cache_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any
     return [*messages[:-1], {**last, "content": blocks}]
 
 
-_PARAM_KEYS = {
-    "text": ("type", "text"),
-    "tool_use": ("type", "id", "name", "input"),
-    "thinking": ("type", "thinking", "signature"),
-    "redacted_thinking": ("type", "data"),
-}
-
-
-def _block_param(block: dict[str, Any]) -> dict[str, Any]:
-    """A reply's content block as it is sent back in ``messages``."""
-    keys = _PARAM_KEYS.get(block.get("type", ""))
-    if keys is None:
-        return {k: v for k, v in block.items() if k != "parsed_output"}
-    return {k: block[k] for k in keys if k in block}
-
-
-def _add_user(messages: list[dict[str, Any]], blocks: list[dict[str, Any]]) -> None:
-    """Append user content, merged into a trailing user message so roles keep alternating."""
-    if messages and messages[-1]["role"] == "user":
-        content = messages[-1]["content"]
-        head = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
-        messages[-1] = {"role": "user", "content": head + blocks}
-    else:
-        messages.append({"role": "user", "content": list(blocks)})
-
-
 def _claude_stop(reason: str | None) -> tuple[StopReason, str]:
     if reason == "end_turn":
         return "end_turn", "Claude finished"
@@ -694,83 +628,3 @@ def _api_error_text(exc: anthropic.APIError, config: AgentConfig, transcript: Pa
     return f"the Anthropic API refused the request ({said.rstrip(': ')}); {hint}. {tail}"
 
 
-# -- transcripts ------------------------------------------------------------------------
-
-_NOT_RECORDED = ("Error: the previous agent run stopped before this command's result was recorded: it may "
-                 "not have run, or may have run in part. Its effect on the host is unknown; check before "
-                 "repeating it.")
-_INTERRUPTED = ("Error: the previous agent run was interrupted while this command ran, and the command was "
-                "killed. Its effect on the host is unknown; check before repeating it.")
-
-
-def _rebuild(path: Path, host: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The conversation recorded in a transcript (task, replies, tool results, in order), and its records.
-
-    The tool_use blocks of the last reply may still be unanswered: see ``_answer_pending``."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise AgentError(f"cannot read the transcript {path}: {exc.strerror or exc}") from exc
-    records: list[dict[str, Any]] = []
-    for number, line in enumerate(lines, 1):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            if number == len(lines):  # a line cut short by a crash
-                break
-            raise AgentError(f"{path}:{number}: not a JSON line ({exc.msg}); the transcript is damaged",
-                             transcript=path) from exc
-    meta = next((r for r in records if r.get("type") == "meta"), None)
-    if meta is None:
-        raise AgentError(f"{path} has no meta line: it is not a remote_bash transcript")
-    if meta.get("host") != host:
-        raise AgentError(f"{path} is a run on host {meta.get('host')!r}, not {host!r}: resume it on "
-                         "that host", transcript=path)
-    messages: list[dict[str, Any]] = [{"role": "user", "content": meta["task"]}]
-    for record in records:
-        kind = record.get("type")
-        if kind == "response":
-            _answer_pending(messages, records)
-            blocks = [_block_param(b) for b in record["message"]["content"]]
-            messages.append({"role": "assistant", "content": blocks})
-        elif kind in ("tool_results", "user"):
-            _add_user(messages, record["content"])
-    return messages, records
-
-
-def _answer_pending(messages: list[dict[str, Any]], records: list[dict[str, Any]],
-                    transcript: _Transcript | None = None) -> None:
-    """Answer tool_use blocks of the last reply that have no result: with the recorded result of
-    the command when there is one, else with an error. Nothing is re-run."""
-    if not messages or messages[-1]["role"] != "assistant":
-        return
-    uses = [b for b in messages[-1]["content"] if b.get("type") == "tool_use"]
-    if not uses:
-        return
-    commands = {r["tool_use_id"]: r for r in records if r.get("type") == "command"}
-    results = []
-    for block in uses:
-        ran = commands.get(block["id"], {})
-        if isinstance(ran.get("result"), dict):
-            results.append(ran["result"])
-        else:
-            text = _INTERRUPTED if ran.get("interrupted") else _NOT_RECORDED
-            results.append({"type": "tool_result", "tool_use_id": block["id"], "content": text,
-                            "is_error": True})
-    _add_user(messages, results)
-    if transcript is not None:
-        transcript.write("tool_results", content=results, recovered=True)
-
-
-def default_transcript_dir() -> Path:
-    """Where transcripts go unless told otherwise: ``$XDG_STATE_HOME/remote-bash/transcripts``."""
-    return state_dir() / "transcripts"
-
-
-def _default_transcript(host: str) -> Path:
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    return default_transcript_dir() / f"{host}-{stamp}-{os.getpid()}.jsonl"
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")

@@ -12,6 +12,8 @@ import sys
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
+import pytest
+
 import remote_bash
 
 PACKAGE = Path(remote_bash.__file__).parent
@@ -92,6 +94,28 @@ def test_anthropic_is_imported_by_one_module_only() -> None:
     importers = sorted(name for name in MODULES
                        if any(m == "anthropic" or m.startswith("anthropic.") for m in _imports(name)))
     assert importers == ["remote_bash.agent"]
+
+
+def _reach(module: str) -> set[str]:
+    """Every module ``module`` may load, directly or through others, lazily or not."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        for found in _imports(todo.pop()):
+            if found not in seen:
+                seen.add(found)
+                if found in MODULES:
+                    todo.append(found)
+    return seen
+
+
+@pytest.mark.parametrize("module", ["remote_bash.mcp", "remote_bash.hub", "remote_bash.tool",
+                                    "remote_bash.tools.edit", "remote_bash.tools.host_edit",
+                                    "remote_bash.fleet.host_tool", "remote_bash.transcript"])
+def test_the_mcp_server_hub_and_tools_never_reach_anthropic(module: str) -> None:
+    reached = _reach(module)
+    assert "remote_bash.agent" not in reached
+    assert not {m for m in reached if m.split(".")[0] == "anthropic"}
 
 
 def test_the_tools_the_mcp_server_and_the_fleet_run_without_loading_anthropic() -> None:
