@@ -90,10 +90,15 @@ def test_no_module_imports_a_module_that_imports_it_back() -> None:
         raise AssertionError(f"import cycle: {' -> '.join(reversed(cycle))}") from None
 
 
-def test_anthropic_is_imported_by_one_module_only() -> None:
-    importers = sorted(name for name in MODULES
-                       if any(m == "anthropic" or m.startswith("anthropic.") for m in _imports(name)))
-    assert importers == ["remote_bash.agent"]
+@pytest.mark.parametrize(("library", "edge"), [
+    ("anthropic", "remote_bash.agent"),
+    ("mcp", "remote_bash.mcp"),
+    ("asyncssh", "remote_bash._ssh"),  # a package of small modules: asyncssh stays inside it
+])
+def test_each_sdk_stays_behind_one_module(library: str, edge: str) -> None:
+    importers = sorted(name for name in MODULES if any(m.split(".")[0] == library for m in _imports(name)))
+    assert importers, f"nothing imports {library}: the walk is broken"
+    assert all(name == edge or name.startswith(f"{edge}.") for name in importers), importers
 
 
 def _reach(module: str) -> set[str]:
