@@ -116,7 +116,8 @@ def _reach(module: str) -> set[str]:
 
 @pytest.mark.parametrize("module", ["remote_bash.mcp", "remote_bash.hub", "remote_bash.tool",
                                     "remote_bash.tools.edit", "remote_bash.tools.host_edit",
-                                    "remote_bash.fleet.host_tool", "remote_bash.transcript"])
+                                    "remote_bash.fleet.host_tool", "remote_bash.fleet.conversation",
+                                    "remote_bash.transcript", "remote_bash.agent_models"])
 def test_the_mcp_server_hub_and_tools_never_reach_anthropic(module: str) -> None:
     reached = _reach(module)
     assert "remote_bash.agent" not in reached

@@ -1,7 +1,7 @@
 """What the fleet's conversations share: transcripts, tallies of events, results from outcomes.
 
-What this module must never do: import anthropic (``remote_bash.agent`` is named for the type
-checker only).
+What this module must never do: import anthropic (the agent run's types come from
+``remote_bash.agent_models``, which does not).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .recap import _file_name
 from .results import Conversation, HostRun
 
 if TYPE_CHECKING:
-    from remote_bash.agent import AgentEvent, AgentOutcome
+    from remote_bash.agent_models import AgentEvent, AgentOutcome
 
 def _with_timeout(host: Host, timeout: float | None) -> Host:
     if timeout is None:

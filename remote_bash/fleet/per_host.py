@@ -22,7 +22,7 @@ from .results import HostRun, RunStatus
 if TYPE_CHECKING:
     import anthropic
 
-    from remote_bash.agent import AgentConfig, AgentEvent
+    from remote_bash.agent_models import AgentConfig, AgentEvent
     from remote_bash.tools._base import Approver
 
 
