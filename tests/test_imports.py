@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 
 import remote_bash
+from remote_bash.models import Host
+
+from .test_cli import base_env, host_entry, write_inventory
 
 PACKAGE = Path(remote_bash.__file__).parent
 
@@ -124,28 +127,41 @@ def test_the_mcp_server_hub_and_tools_never_reach_anthropic(module: str) -> None
     assert not {m for m in reached if m.split(".")[0] == "anthropic"}
 
 
-def test_the_tools_the_mcp_server_and_the_fleet_run_without_loading_anthropic() -> None:
-    # Made and used the way the MCP server and the fleet use them (construction once pulled the
-    # SDK in to register the tools with it).
-    code = """
-import sys
-import remote_bash.mcp, remote_bash.hub, remote_bash.fleet
-from remote_bash.tool import BashHandler
-from remote_bash.tools.edit import EditHandler, approval_text
+def test_the_mcp_servers_calls_and_the_fleets_tools_never_load_anthropic(web1: Host, tmp_path: Path) -> None:
+    # A bash and an editor call through the hub the MCP server answers with, on a real sshd, and
+    # the fleet's per-host tools made as the coordinator makes them: once, making a tool pulled the
+    # SDK in to register the tool with it.
+    write_inventory(tmp_path / "hosts.yaml", {"web-1": host_entry(web1)})
+    code = f"""
+import asyncio, sys
+from remote_bash import fleet, mcp
+from remote_bash.hub import SessionHub
+from remote_bash.inventory import load_inventory
 from remote_bash.tools.host_edit import HostEditTool
-from remote_bash.fleet import HostBashTool
-from remote_bash.models import Host
 
-host = Host(name="h", hostname="127.0.0.9")
-async def connect(host): raise AssertionError
-for tool in (BashHandler(None), EditHandler(None), HostEditTool(connect, [host])):
-    tool.to_dict()
-approval_text({"command": "create", "path": "/tmp/x"})
-print("anthropic" in sys.modules)
+inventory = load_inventory({str(tmp_path / "hosts.yaml")!r})
+factory = fleet.SessionFactory(inventory, audit=False)
+
+async def main():
+    async def session(name):
+        return factory(inventory.hosts[name])
+    hub = SessionHub(inventory, session)
+    try:
+        ran = await hub.bash("web-1", {{"command": "echo ran"}}, tool_use_id="t1")
+        viewed = await hub.edit("web-1", {{"command": "view", "path": "/tmp"}}, tool_use_id="t2")
+    finally:
+        await hub.aclose()
+    pool = fleet.FleetPool(inventory, session_factory=factory)
+    fleet.HostBashTool(pool, [inventory.hosts["web-1"]]).to_dict()
+    HostEditTool(pool.connect, [inventory.hosts["web-1"]]).to_dict()
+    print(ran.text.strip(), ran.is_error, viewed.is_error, "anthropic" in sys.modules)
+
+asyncio.run(main())
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=PACKAGE.parent, timeout=60)
-    assert out.stdout.split() == ["False"], out.stderr
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent,
+                         timeout=120, env={**base_env(tmp_path), "PYTHONPATH": str(PACKAGE.parent)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["ran", "False", "False", "False"], out.stdout
 
 
 def test_the_sdk_tools_subclass_the_sdks_base_class() -> None:
