@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._context import _Context, _session
+from ._context import _address, _Context, _session
 from ._output import (
     EXIT_FAILED,
     PROG,
@@ -20,12 +20,12 @@ from ._output import (
     _out_json,
     _out_raw,
     _table,
-    _UsageError,
 )
 
 if TYPE_CHECKING:
     from remote_bash.inventory import Inventory
     from remote_bash.models import Host
+    from remote_bash.session import RemoteBashSession
 
 
 def _cmd_hosts(ctx: _Context) -> int:
@@ -66,7 +66,7 @@ def _cmd_check(ctx: _Context) -> int:
         for r in results:
             if r["ok"]:
                 rows.append((r["host"], "ok", f"{r['user']}@{r['address']}", r["host_key"],
-                             f"{r['os']}, bash {r['bash_version']}", _duration(r['duration'])))
+                             f"{r['distribution']} ({r['os']}), bash {r['bash_version']}", _duration(r['duration'])))
             else:
                 rows.append((r["host"], "FAILED", f"{r['error_type']}: {r['error']}", "", "",
                              _duration(r['duration'])))
@@ -91,9 +91,10 @@ async def _check_all(ctx: _Context, inventory: Inventory, hosts: Sequence[Host])
                 await session.start()
                 info = session.info
                 assert info is not None
-                return {"host": host.name, "ok": True, "address": info.address, "user": info.user,
-                        "host_key": info.host_key, "os": info.os, "bash_version": info.bash_version,
-                        "duration": round(time.monotonic() - started, 3)}
+                distribution = await _distribution(session)
+                return {"host": host.name, "ok": True, "address": _address(session), "user": info.user,
+                        "host_key": info.host_key, "distribution": distribution, "os": info.os,
+                        "bash_version": info.bash_version, "duration": round(time.monotonic() - started, 3)}
             except RemoteBashError as exc:
                 return {"host": host.name, "ok": False, "error": _one_line(exc.message),
                         "error_type": type(exc).__name__, "duration": round(time.monotonic() - started, 3)}
@@ -101,6 +102,27 @@ async def _check_all(ctx: _Context, inventory: Inventory, hosts: Sequence[Host])
                 await session.close()
 
     return list(await asyncio.gather(*(one(h) for h in hosts)))
+
+
+# Builtins only: the PRETTY_NAME line of /etc/os-release, however the host's PATH is set up.
+_OS_RELEASE = ("while IFS= read -r _l; do case $_l in PRETTY_NAME=*) printf '%s\\n' \"${_l#PRETTY_NAME=}\";; esac; "
+               "done < /etc/os-release")
+
+
+async def _distribution(session: RemoteBashSession) -> str:
+    """The host's distribution as /etc/os-release names it (``PRETTY_NAME``), or ``unknown``.
+
+    Read with a command of its own, audited like any other; the value is the host's word, so it is
+    cut short and shown escaped like everything else a host says."""
+    from remote_bash.errors import RemoteBashError
+
+    try:
+        result = await session.run(_OS_RELEASE, 10)
+    except RemoteBashError:
+        return "unknown"
+    lines = result.output.splitlines()
+    name = lines[0].strip().strip("\"'").strip() if result.exit_code == 0 and lines else ""
+    return name[:80] or "unknown"
 
 
 # -- credentials and audit -----------------------------------------------------------------------------
@@ -136,11 +158,9 @@ def _cmd_credentials(ctx: _Context) -> int:
 
 
 def _cmd_audit(ctx: _Context) -> int:
-    host: str = ctx.args.host
     if ctx.args.action == "key":
         return _cmd_audit_key(ctx)
-    if ctx.args.file is not None or ctx.args.store_readable:
-        raise _UsageError("audit: --file and --store-readable go with 'audit key init' only")
+    host: str = ctx.args.host
     # verify always asks the keyring, so a removed marker cannot make a keyed log read as unkeyed.
     log = ctx.audit_log(keyring=True if ctx.args.action == "verify" else None)
     if ctx.args.action == "verify":
@@ -186,8 +206,6 @@ def _cmd_audit_key(ctx: _Context) -> int:
     from remote_bash.audit import mark_keyring_key, new_key, write_key_file
     from remote_bash.credentials import AUDIT_KEY_NAME, get_secret, set_secret
 
-    if ctx.args.host != "init":
-        raise _UsageError(f"audit key: unknown action {ctx.args.host!r}; use '{PROG} audit key init [--file FILE]'")
     if ctx.args.file is not None:
         path = Path(ctx.args.file).expanduser().absolute()
         write_key_file(path)

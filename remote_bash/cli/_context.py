@@ -179,6 +179,16 @@ def _source(known: dict[str, Credentials]) -> Callable[[Host], Awaitable[Credent
     return credentials
 
 
+def _address(session: RemoteBashSession) -> str:
+    """Where the session's shell is: the connection's peer, or for a host behind jump hosts (whose
+    tunnelled connection has no peer address of its own) the inventory's address and the route."""
+    host = session.host
+    if host.jump:
+        return f"{host.address} via {' -> '.join(host.jump)}"
+    info = session.info
+    return info.address if info is not None and info.address else host.address
+
+
 def _progress(message: str) -> None:
     """Say what a slow sandbox step (the first image build) is doing."""
     _err(f"{PROG}: {message}\n")

@@ -1,12 +1,9 @@
-"""``exec`` (one command, exit with its status) and ``shell`` (an interactive line-by-line prompt)."""
+"""``exec``: one command on a host, its output streamed, exiting with its status (``shell`` is in ``_shell``)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import signal
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -14,12 +11,9 @@ from ._context import _Context, _pick_host, _session
 from ._input import open_input
 from ._output import (
     EXIT_ERROR,
-    EXIT_INTERRUPTED,
     EXIT_TIMEOUT,
     PROG,
     _err,
-    _exit_code,
-    _one_line,
     _out,
     _out_json,
     _out_raw,
@@ -123,101 +117,3 @@ def _status_line(name: str, result: CommandResult) -> tuple[int, str | None]:
     if result.exit_code is None:
         return EXIT_ERROR, f"{PROG}: {name}: the shell ended abnormally (killed by a signal)"
     return result.exit_code, None
-
-
-def _cmd_shell(ctx: _Context) -> int:
-    with ctx.inventory() as inventory:
-        name = _pick_host(inventory, ctx.args.host)
-        return asyncio.run(_shell(ctx, inventory, name))
-
-
-async def _shell(ctx: _Context, inventory: Inventory, name: str) -> int:
-    from remote_bash.errors import AccessDenied, RemoteBashError
-    from remote_bash.terminal import escape
-
-    session, redactor = await _session(ctx, inventory, name)
-    tty = sys.stdin.isatty()
-    loop = asyncio.get_running_loop()
-    running: list[asyncio.Task[CommandResult]] = []
-
-    def interrupt() -> None:
-        if running:
-            running[0].cancel()
-        elif tty:
-            _err("\n(type :exit or press Ctrl-D to leave)")
-
-    status = 0
-    try:
-        await session.start()
-        info = session.info
-        if info is not None:
-            _err(f"connected to {name} ({info.user}@{info.address}, {info.os}, bash {info.bash_version}). "
-                 "Meta-commands: :restart, :exit (or Ctrl-D)")
-        loop.add_signal_handler(signal.SIGINT, interrupt)
-        while True:
-            line = await _read_line(f"{escape(name)}$ " if tty else None)
-            if line is None or line.strip() in (":exit", ":quit"):
-                break
-            if not line.strip():
-                continue
-            if line.strip() == ":restart":
-                try:
-                    restarted = await session.restart()
-                except RemoteBashError as exc:
-                    _err(f"[error: {_one_line(str(exc))}]")
-                    status = _exit_code(exc)
-                else:
-                    _err(f"restarted: a fresh shell (pid {restarted.shell_pid})")
-                    if session.last_kill is not None and session.last_kill.unchecked:
-                        _err(f"not checked: {session.last_kill.unchecked}")
-                continue
-            echo = _Echo(redactor)
-            task = asyncio.create_task(_run_one(session, line, ctx.args.timeout, echo.feed))
-            running.append(task)
-            try:
-                await asyncio.wait([task])
-            finally:
-                running.clear()
-                done = task.done() and not task.cancelled() and task.exception() is None
-                echo.finish(task.result() if done else None)
-            if task.cancelled():
-                _err("[interrupted: the command was killed]")
-                status = EXIT_INTERRUPTED
-                continue
-            try:
-                result = task.result()
-            except AccessDenied as exc:
-                _err(f"[refused: {exc.message}]")
-                status = _exit_code(exc)
-                continue
-            except RemoteBashError as exc:
-                _err(f"[error: {_one_line(str(exc))}]")
-                status = _exit_code(exc)
-                continue
-            if result.timed_out:
-                _err(f"[timed out after {result.timeout:g} s: the command was killed]")
-                status = EXIT_TIMEOUT
-            elif result.shell_lost:
-                _err(f"[the shell exited (status {result.exit_code}); the next command gets a fresh one]")
-                status = result.exit_code if result.exit_code is not None else EXIT_ERROR
-            else:
-                status = result.exit_code if result.exit_code is not None else EXIT_ERROR
-                if status:
-                    _err(f"[exit {status}]")
-    finally:
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.remove_signal_handler(signal.SIGINT)
-        await session.close()
-    return status
-
-
-async def _read_line(prompt: str | None) -> str | None:
-    """One line from stdin without blocking the event loop; None at end of input."""
-    if prompt is not None:
-        try:
-            return await asyncio.to_thread(input, prompt)
-        except EOFError:
-            _err("")
-            return None
-    line = await asyncio.to_thread(sys.stdin.readline)
-    return line.rstrip("\n") if line else None

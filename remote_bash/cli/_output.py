@@ -40,26 +40,33 @@ EXIT_NOT_ALLOWED = 127
 """The host is unknown or outside the allowlist; nothing was connected."""
 EXIT_INTERRUPTED = 130
 """Interrupted (Ctrl-C); the remote command was killed."""
-FLEET_EXIT_CODES = f"""exit status:
-  0    the command exited 0 on every host
-  1    it failed, or was refused by the command policy, on some host
-  2    on some host it did not run to its end: unreachable, timed out, lost, or skipped by --fail-fast
-  {EXIT_ERROR}  remote-bash error before any host was worked on (inventory, audit)
-  {EXIT_NOT_ALLOWED}  the pattern names an unknown host or group
-  {EXIT_INTERRUPTED}  interrupted with Ctrl-C (running commands were killed)
-  fleet run: 0 when Claude finished on every host and the last command there succeeded; 1 when
-  Claude finished but a host's last command failed; 2 when a conversation did not finish, or a
-  host was unreachable or skipped"""
+EXIT_NOT_RUNNING = 3
+"""``sandbox status``: the sandbox is not running."""
 
-EXIT_CODES = f"""exit status:
-  the command's own status (exec, shell), or 0 on success
-  {EXIT_FAILED}    a check, verification or fleet host failed
-  {EXIT_USAGE}    usage error, or no Anthropic API key for run
-  {EXIT_TIMEOUT}  the command timed out and was killed
-  {EXIT_ERROR}  remote-bash error: inventory, connect, authentication, host key, audit
-  {EXIT_REFUSED}  the command policy refused the command (nothing was sent)
-  {EXIT_NOT_ALLOWED}  unknown host, or outside --allow (nothing was connected)
-  {EXIT_INTERRUPTED}  interrupted with Ctrl-C (the remote command was killed)"""
+# The rows of the exit-status tables: the top-level help shows every row once, each command's help
+# only the rows that command can return.
+OWN = ("N", "the command's own exit status")
+USAGE = (EXIT_USAGE, "usage error")
+TIMEOUT = (EXIT_TIMEOUT, "the command timed out and was killed")
+ERROR = (EXIT_ERROR, "remote-bash error: inventory, connect, authentication, host key, audit")
+REFUSED = (EXIT_REFUSED, "the command policy refused the command (nothing was sent)")
+NOT_ALLOWED = (EXIT_NOT_ALLOWED, "unknown host, or outside --allow (nothing was connected)")
+INTERRUPTED = (EXIT_INTERRUPTED, "interrupted with Ctrl-C (the remote command was killed)")
+
+
+def exit_codes(*rows: tuple[int | str, str]) -> str:
+    """An ``exit status:`` table for a help text."""
+    width = max(len(str(code)) for code, _ in rows)
+    return "exit status:\n" + "\n".join(f"  {str(code).ljust(width)}  {what}" for code, what in rows)
+
+
+EXIT_CODES = exit_codes(
+    ("0", "success"), OWN,
+    (EXIT_FAILED, "a check, verification or fleet host failed; Claude did not finish"),
+    (EXIT_USAGE, "usage error, or no Anthropic API key for run; fleet: some host did not run to its end"),
+    TIMEOUT, ERROR, REFUSED, NOT_ALLOWED, INTERRUPTED,
+)
+"""Every exit status of every command: the top-level help's table."""
 
 
 # -- output ------------------------------------------------------------------------------------------

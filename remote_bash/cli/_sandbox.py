@@ -7,7 +7,7 @@ prints, and names the operator's private paths the sandbox must not reach.
 from __future__ import annotations
 
 from ._context import _Context, _progress
-from ._output import PROG, _out, _out_json
+from ._output import EXIT_NOT_RUNNING, PROG, _out, _out_json
 
 
 def _cmd_sandbox(ctx: _Context) -> int:
@@ -16,7 +16,7 @@ def _cmd_sandbox(ctx: _Context) -> int:
     action = ctx.args.action
     if action == "status":
         info = sandbox.running(ctx.env)
-        if ctx.args.json:
+        if ctx.args.json:  # status only
             data: dict[str, object] = {"running": info is not None}
             if info is not None:
                 data.update(vars(info), inventory=info.inventory_snippet())
@@ -28,7 +28,7 @@ def _cmd_sandbox(ctx: _Context) -> int:
                  f"  reach it: {info.user}@{info.address} port {info.port}, key {info.identity_file}\n"
                  f"  as an inventory (valid while it runs):\n\n"
                  + "".join(f"    {line}\n" for line in info.inventory_snippet().splitlines()))
-        return 0 if info is not None else 3
+        return 0 if info is not None else EXIT_NOT_RUNNING
     if action == "stop":
         info = sandbox.stop(ctx.env)
         _out("sandbox: not running\n" if info is None else f"sandbox: stopped ({info.backend}: {info.where()})\n")
