@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._context import _address, _Context, _session
+from ._context import _address, _Context, _known_host, _session, _unknown
 from ._output import (
     EXIT_FAILED,
     PROG,
@@ -134,7 +134,7 @@ def _cmd_credentials(ctx: _Context) -> int:
     name: str = ctx.args.host
     inventory = ctx.load()
     if inventory is not None:
-        inventory.host(name)  # SelectionError (with close matches) for a typo
+        _known_host(inventory, name)  # a typo: the closest names, and nothing stored
     if ctx.args.action == "delete":
         stored = delete_secret(name)
         _out(f"deleted the stored secret of {name} from the keyring backend {stored.backend}\n")
@@ -163,10 +163,10 @@ def _cmd_audit(ctx: _Context) -> int:
     host: str = ctx.args.host
     # verify always asks the keyring, so a removed marker cannot make a keyed log read as unkeyed.
     log = ctx.audit_log(keyring=True if ctx.args.action == "verify" else None)
+    if not log.files(host):
+        _err(f"{PROG}: {_one_line(_no_log(ctx, log.directory, host))}")
+        return EXIT_FAILED
     if ctx.args.action == "verify":
-        if not log.files(host):
-            _err(f"{PROG}: no audit log for {host} in {log.directory}")
-            return EXIT_FAILED
         report = log.verify(host)
         for problem in report.problems:
             _out(_one_line(problem) + "\n")
@@ -195,11 +195,29 @@ def _cmd_audit(ctx: _Context) -> int:
                        tool_use_id=ctx.args.tool_use_id)
     if ctx.args.json:
         _out_raw("".join(_json(r) for r in records))
+    elif records:
+        _out(_AUDIT_HEADER + "".join(line + "\n" for line in format_records(records)))
     else:
-        _out("".join(line + "\n" for line in format_records(records)))
-    if not records and not log.files(host):
-        _err(f"{PROG}: no audit log for {host} in {log.directory}")
+        _err(f"{PROG}: no records of {host} match (see '{PROG} audit show --help' for the filters)")
     return 0
+
+
+def _no_log(ctx: _Context, directory: Path, host: str) -> str:
+    """Why ``host`` has no log to show or verify, with the closest names that have one."""
+    from urllib.parse import unquote
+
+    logged = {unquote(p.name.removesuffix(".jsonl")) for p in directory.glob("*.jsonl")} if directory.is_dir() \
+        else set()
+    inventory = ctx.load() if ctx.inventory_path() is not None else None
+    declared = set(inventory.hosts) if inventory is not None else set()
+    if host in declared:
+        return f"no audit log for {host} in {directory}: nothing has been run there yet"
+    return str(_unknown(host, f"no audit log for it in {directory}, and it is not in the inventory",
+                        sorted(logged | declared)))
+
+
+# The columns of audit.format_records, named.
+_AUDIT_HEADER = f"{'TIME (UTC)':<23}  {'EVENT':<13}  {'SESSION':<8}  {'TOOL USE':<24}  {'OUTCOME':<16}  COMMAND\n"
 
 
 def _cmd_audit_key(ctx: _Context) -> int:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from remote_bash._ssh import Credentials
     from remote_bash.access import Gate
     from remote_bash.audit import AuditLog
+    from remote_bash.errors import SelectionError
     from remote_bash.inventory import Inventory
     from remote_bash.models import Host
     from remote_bash.redact import Redactor
@@ -59,13 +60,22 @@ class _Context:
 
     @contextlib.contextmanager
     def inventory(self) -> Iterator[Inventory]:
-        """The inventory; with none configured, one holding the ``sandbox`` host, running for the duration."""
+        """The inventory; with none configured, one holding the ``sandbox`` host, running for the duration.
+
+        The command's host (``HOST``, ``--host``) is checked first: a name nobody declared is an
+        error with the closest names, before a sandbox is started or anything is written."""
         loaded = self.load()
+        name = getattr(self.args, "host", None)
         if loaded is not None:
+            if name:
+                _known_host(loaded, name)
             yield loaded
             return
         from remote_bash.inventory import Inventory
-        from remote_bash.sandbox import sandbox_for_command
+        from remote_bash.sandbox import SANDBOX, sandbox_for_command
+
+        if name and name != SANDBOX:
+            raise _unknown(name, f"with no inventory configured, the only host is {SANDBOX!r}", [SANDBOX])
 
         with sandbox_for_command(self.env, getattr(self.args, "backend", None), image=getattr(self.args, "image", None),
                                  progress=_progress, private_paths=self.private_paths()) as host:
@@ -116,9 +126,27 @@ class _Context:
         return cast("AuditSink", self.audit_log(redactor))
 
 
+def _unknown(name: str, why: str, names: Iterable[str]) -> SelectionError:
+    from remote_bash._inventory_file import suggest
+    from remote_bash.errors import SelectionError
+
+    return SelectionError(f"unknown host {name!r}: {why}{suggest(name, list(names))}")
+
+
+def _known_host(inventory: Inventory, name: str) -> Host:
+    """The inventory's host ``name``; for a name it does not declare, a :class:`SelectionError`
+    (exit 127) naming the closest names. Checked before a session exists, so a typo is never
+    connected to, and leaves no audit file of its own."""
+    host = inventory.hosts.get(name)
+    if host is None:
+        where = f"not in the inventory {inventory.path}" if inventory.path else "not in the inventory"
+        raise _unknown(name, where, inventory.hosts)
+    return host
+
+
 def _pick_host(inventory: Inventory, name: str | None) -> str:
     if name:
-        return name
+        return _known_host(inventory, name).name
     if len(inventory.hosts) == 1:
         return next(iter(inventory.hosts))
     raise _UsageError(f"name a host: the inventory {inventory.path} has {len(inventory.hosts)} hosts "
@@ -127,19 +155,15 @@ def _pick_host(inventory: Inventory, name: str | None) -> str:
 
 async def _session(ctx: _Context, inventory: Inventory, name: str,
                    wrap_audit: Callable[[AuditSink], AuditSink] | None = None) -> tuple[RemoteBashSession, Redactor]:
-    """A session to ``name`` (not connected yet) and its redactor, which also masks the host's keyring
-    secrets, so a command that prints one never shows it on screen or in the audit log.
-
-    A name the inventory does not know still gets a session object, whose first use is refused
-    by the gate (and audited as ``host.denied``) before anything is connected.
-    """
-    from remote_bash.models import Host
+    """A session to the inventory host ``name`` (not connected yet) and its redactor, which also masks
+    the host's keyring secrets, so a command that prints one never shows it on screen or in the audit
+    log. A name the inventory does not know is a :class:`SelectionError` (see :func:`_known_host`);
+    a known host outside ``--allow`` gets a session whose first use the gate refuses and audits."""
     from remote_bash.redact import Redactor
     from remote_bash.session import RemoteBashSession
 
-    known = inventory.hosts.get(name)
-    host = known if known is not None else Host(name=name, hostname=name)
-    creds = await _credentials(ctx, inventory, [host] if known is not None else [])
+    host = _known_host(inventory, name)
+    creds = await _credentials(ctx, inventory, [host])
     redactor = Redactor(host.redact, _literals(creds.values()))
     audit = ctx.audit(redactor)
     if wrap_audit is not None:

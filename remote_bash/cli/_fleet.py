@@ -123,7 +123,7 @@ def _cmd_fleet_run(ctx: _Context) -> int:
     args = ctx.args
     if args.coordinator and (args.serial or args.fail_fast):
         raise _UsageError("--serial and --fail-fast apply to a conversation per host, not to --coordinator")
-    _require_api_key(ctx.env)
+    _require_api_key(ctx, pattern=args.pattern)
     task = _task_text(args)
     _check_output_dir(args.output_dir)
     options: dict[str, Any] = {}

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,13 +33,39 @@ if TYPE_CHECKING:
     from ._approve import Mode, TerminalApprover
 
 
-def _require_api_key(env: Mapping[str, str]) -> None:
+def _require_api_key(ctx: _Context, *, pattern: str | None = None) -> None:
+    """No key, no run: say where keys come from, and the ``exec`` line that works without one, with
+    a host of the configured inventory (or none, for the sandbox)."""
+    env = ctx.env
     if env.get("ANTHROPIC_API_KEY") or env.get("ANTHROPIC_AUTH_TOKEN") or env.get("ANTHROPIC_BASE_URL"):
         return
     raise _NoApiKey(
         "no Anthropic API key: set ANTHROPIC_API_KEY (export ANTHROPIC_API_KEY=sk-ant-...; keys are at "
-        f"https://console.anthropic.com/settings/keys). '{PROG} exec HOST -- COMMAND' works without a key"
+        f"https://console.anthropic.com/settings/keys); without a key this works: {_exec_hint(ctx, pattern)}"
     )
+
+
+def _exec_hint(ctx: _Context, pattern: str | None) -> str:
+    if pattern is not None:
+        return f"{PROG} fleet exec {_quoted(pattern)} -- uptime"
+    named: str | None = getattr(ctx.args, "host", None)
+    from remote_bash.errors import RemoteBashError
+
+    try:
+        inventory = ctx.load()
+    except RemoteBashError:  # a broken inventory is reported when the run loads it, not here
+        inventory = None
+    if inventory is None and ctx.inventory_path() is None:
+        return f"{PROG} exec -- uname -a"  # the sandbox: no host to name
+    if named is None and inventory is not None and inventory.hosts:
+        named = next(iter(inventory.hosts))
+    return f"{PROG} exec {_quoted(named or 'HOST')} -- uptime"
+
+
+def _quoted(word: str) -> str:
+    import shlex
+
+    return shlex.quote(word)
 
 
 def _task_text(args: argparse.Namespace, *, optional: bool = False) -> str:
@@ -51,7 +76,7 @@ def _task_text(args: argparse.Namespace, *, optional: bool = False) -> str:
 
 
 def _cmd_run(ctx: _Context) -> int:
-    _require_api_key(ctx.env)
+    _require_api_key(ctx)
     resume = Path(ctx.args.resume).expanduser() if ctx.args.resume else None
     task = _task_text(ctx.args, optional=resume is not None)
     with ctx.inventory() as inventory:
@@ -95,7 +120,7 @@ def _approver(ctx: _Context) -> TerminalApprover:
 
 class _AgentView:
     """Shows an agent run as it happens: Claude's text, each command, a few lines of its output
-    (all of it goes to the transcript), its exit status and duration; or JSON lines with ``--json``.
+    (the transcript keeps what Claude got), its exit status and duration; or JSON lines with ``--json``.
     Output is redacted here, as the session's streamed chunks are raw. Everything Claude or the
     host wrote is shown with what a terminal would act on escaped (:func:`escape`), so a command
     is shown as it will run: a ``\\r``, a backspace or a bidi override in it shows as such."""
@@ -165,7 +190,12 @@ class _AgentView:
 
     def _result(self, event: Any) -> None:
         if self.hidden:
-            self._write(self._style(f"  ... {self.hidden} more lines (in the transcript)", "2") + "\n")
+            # The transcript keeps the tool result: the whole output, or only its head and tail when
+            # it was longer than the host's output limit.
+            whole = len(event.text.splitlines()) >= self.shown + self.hidden
+            where = "in the transcript" if whole else "only the first and last reached Claude and the transcript"
+            lines = "line" if self.hidden == 1 else "lines"
+            self._write(self._style(f"  ... {self.hidden} more {lines} ({where})", "2") + "\n")
         took = _duration(event.duration) if event.duration is not None else ""
         if event.exit_code is not None:
             note = f"exit {event.exit_code}, {took}"
