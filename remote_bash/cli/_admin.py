@@ -12,6 +12,7 @@ from ._context import _address, _Context, _known_host, _session, _unknown
 from ._output import (
     EXIT_FAILED,
     PROG,
+    _count,
     _duration,
     _err,
     _json,
@@ -175,8 +176,8 @@ def _cmd_audit(ctx: _Context) -> int:
         elif report.needs_key and len(report.problems) == 1:
             verdict = "NOT VERIFIED: the log is keyed and its audit key was not found"
         else:
-            verdict = f"TAMPERED or damaged: {len(report.problems)} problem(s)"
-        _out(f"{host}: {report.records} records in {len(report.files)} file(s): {verdict}\n")
+            verdict = f"TAMPERED or damaged: {_count(len(report.problems), 'problem')}"
+        _out(f"{host}: {_count(report.records, 'record')} in {_count(len(report.files), 'file')}: {verdict}\n")
         if report.keyed:
             _out("  keyed chain: every record's HMAC-SHA256 was checked with the audit key, so an edit "
                  "recomputed without the key would have failed\n")

@@ -11,7 +11,7 @@ from remote_bash.terminal import escape_json
 
 from ._context import _Context, _credentials, _literals, _source
 from ._exec import _command_text
-from ._output import PROG, _duration, _err, _one_line, _out, _out_raw, _UsageError
+from ._output import PROG, _count, _duration, _err, _one_line, _out, _out_raw, _UsageError
 from ._run import _approver, _require_api_key, _task_text
 
 if TYPE_CHECKING:
@@ -109,8 +109,7 @@ class _RunProgress(_Progress):
         if self.per_host and last is not None and last.status != "skipped":
             self.clear()
             c = last.conversation
-            commands = f"{last.commands} command{'' if last.commands == 1 else 's'}"
-            done = f"{c.turns} turns, {commands}, ${c.cost_usd:.4f}, " if c else ""
+            done = f"{_count(c.turns, 'turn')}, {_count(last.commands, 'command')}, ${c.cost_usd:.4f}, " if c else ""
             why = f": {_one_line(last.error)}" if last.error else ""
             _err(f"{last.host}: {last.status} ({done}{_duration(last.duration)}){why}")
         super().__call__(p)

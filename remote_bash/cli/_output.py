@@ -116,6 +116,11 @@ def _table(rows: Sequence[Sequence[str]]) -> str:
     return "".join(line + "\n" for line in lines)
 
 
+def _count(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 host``, ``2 hosts``, ``0 problems``: a number and its noun, in agreement."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 def _duration(seconds: float) -> str:
     """1 ms, 250 ms, 1.25 s: what a person reads at a glance."""
     return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"

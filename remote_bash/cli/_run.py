@@ -18,6 +18,7 @@ from ._output import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     PROG,
+    _count,
     _duration,
     _err,
     _NoApiKey,
@@ -224,7 +225,7 @@ class _AgentView:
             return
         if not self.at_line_start:
             _out_raw("\n")
-        _err(f"\n{outcome.message}. {outcome.turns} turns; tokens: {usage.input_tokens:,} in, "
+        _err(f"\n{outcome.message}. {_count(outcome.turns, 'turn')}; tokens: {usage.input_tokens:,} in, "
              f"{usage.cache_read_input_tokens:,} cached, {usage.cache_creation_input_tokens:,} cache writes, "
              f"{usage.output_tokens:,} out; estimated cost ${outcome.cost_usd:.4f}\n"
              f"transcript: {outcome.transcript} (continue with --resume)")

@@ -17,6 +17,11 @@ from .results import FleetResult, FleetRun, _first_line
 
 __all__ = ["format_recap", "format_run_recap", "write_output_dir", "write_run_output_dir"]
 
+def _count(n: int, noun: str) -> str:
+    """``1 host``, ``2 hosts``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _seconds(value: float) -> str:
     return f"{value:.2f}s" if value < 10 else f"{value:.1f}s"
 
@@ -42,7 +47,7 @@ def format_recap(result: FleetResult, *, width: int = 120, max_names: int = 8, m
         lines.append(f"{head}  {_clip(row[4], max(20, width - len(head) - 2))}".rstrip())
     counts = ", ".join(f"{n} {status}" for status, n in result.counts.items())
     lines.append("")
-    lines.append(f"{len(result.results)} hosts in {_seconds(result.duration)}: {counts or 'none selected'}")
+    lines.append(f"{_count(len(result.results), 'host')} in {_seconds(result.duration)}: {counts or 'none selected'}")
     for group in result.groups():
         names = ", ".join(group.hosts[:max_names])
         if len(group.hosts) > max_names:
@@ -124,9 +129,9 @@ def format_run_recap(result: FleetRun, *, width: int = 120, max_lines: int = 40)
         lines.append(f"{head}  {_clip(row[-1], max(20, width - len(head) - 2))}".rstrip())
     counts = ", ".join(f"{n} {status}" for status, n in result.counts.items())
     lines.append("")
-    totals = (f"{result.turns} turns, {result.tokens:,} tokens, about {_money(result.cost_usd)}"
+    totals = (f"{_count(result.turns, 'turn')}, {_count(result.tokens, 'token')}, about {_money(result.cost_usd)}"
               if result.turns else "no conversation")
-    lines.append(f"{len(result.results)} hosts in {_seconds(result.duration)}: {counts or 'none selected'}; "
+    lines.append(f"{_count(len(result.results), 'host')} in {_seconds(result.duration)}: {counts or 'none selected'}; "
                  f"{totals}")
     if per_host:
         paths = [r.conversation.transcript for r in result.results if r.conversation and r.conversation.transcript]
