@@ -45,7 +45,14 @@ if TYPE_CHECKING:
 
 
 class _Parser(argparse.ArgumentParser):
-    """An argument parser whose every complaint is one line: the command, the problem, its usage."""
+    """An argument parser whose every complaint is one line: the command, the problem, its usage.
+
+    Options are never abbreviated: ``exec --all`` would otherwise read as ``--allow``, and an
+    abbreviation that works today would change meaning when an option is added."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                          namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
@@ -73,10 +80,9 @@ class _Parser(argparse.ArgumentParser):
             what, value = choice[1].lower() if choice[1].isupper() else "action", choice[2]
             names = [c.strip(" '") for c in choice[3].split(",")]
             message = f"unknown {what} {value!r}{suggest(value, names) or '; choose from ' + ', '.join(names)}"
-        command = self.prog.removeprefix(PROG).strip()
         usage = " ".join((self.usage or self.format_usage().removeprefix("usage: ")).split())
         joint = " " if message.endswith("?") else "; "
-        raise _UsageError(f"{command + ': ' if command else ''}{message}{joint}usage: {usage}")
+        raise _UsageError(f"{self.prog}: {message}{joint}usage: {usage}")
 
 
 def _sandbox_options(p: argparse.ArgumentParser) -> None:
@@ -399,8 +405,9 @@ def _fleet_options(p: argparse.ArgumentParser) -> None:
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
-    """The options of a command line; ``_UsageError`` (one line, with the command's usage) for a
-    mistake, ``SystemExit(0)`` after printing ``--help``. The words after ``--`` are ``words``."""
+    """The options of a command line; for a mistake ``_UsageError`` holding the whole line to print
+    (``remote-bash exec: unknown option --workers; usage: ...``); ``SystemExit(0)`` after printing
+    ``--help``. The words after ``--`` are ``words`` (None without ``--``)."""
     words = list(argv)
     after: list[str] | None = None
     if "--" in words:
@@ -408,8 +415,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         words, after = words[:cut], words[cut + 1 :]
     args = _parser().parse_args(words)
     if after is not None and args.handler not in _TAKE_WORDS:
-        command = " ".join(w for w in (args.command, getattr(args, "action", None)) if isinstance(w, str))
-        raise _UsageError(f"{command}: takes nothing after '--'; see '{PROG} {command} --help'")
+        command = " ".join(w for w in (PROG, args.command, getattr(args, "action", None)) if isinstance(w, str))
+        raise _UsageError(f"{command}: takes nothing after '--'; see '{command} --help'")
     args.words = after
     return args
 
@@ -453,7 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parse(sys.argv[1:] if argv is None else argv)
     except _UsageError as exc:
-        _err(f"{PROG}: {_one_line(str(exc))}")
+        _err(_one_line(str(exc)))  # the line names the command already
         return _exit_code(exc)
     try:
         if args.handler == "_exec:_cmd_exec":

@@ -149,7 +149,7 @@ def _pick_host(inventory: Inventory, name: str | None) -> str:
         return _known_host(inventory, name).name
     if len(inventory.hosts) == 1:
         return next(iter(inventory.hosts))
-    raise _UsageError(f"name a host: the inventory {inventory.path} has {len(inventory.hosts)} hosts "  # 0, or 2 and more
+    raise _UsageError(f"name a host: the inventory {inventory.path} has {len(inventory.hosts)} hosts "
                       f"(see '{PROG} hosts')")
 
 

@@ -56,7 +56,7 @@ TERMINAL_PROGRAMS = frozenset({
 """Programs that draw on a terminal and wait for keys: without one they hang until the deadline."""
 
 _BATCH_FLAGS = {
-    "top": re.compile(r"-[a-zA-Z]*b"),  # top -b: batch mode, prints and exits
+    "top": re.compile(r"-[a-zA-Z]*b\w*"),  # top -b, -bn1: batch mode, prints and exits
     "emacs": re.compile(r"--batch|--script"),
     "vim": re.compile(r"-[eE]s?|-s"), "vi": re.compile(r"-[eE]s?|-s"), "ex": re.compile(r"-s"),
 }
