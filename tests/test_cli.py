@@ -127,15 +127,38 @@ def test_policy_refusal_exits_126_and_nothing_runs(env: dict[str, str], tmp_path
     assert events == ["policy.denied"]  # no connection, no exec.start
 
 
-def test_unknown_host_is_one_line_exit_127_and_audited(env: dict[str, str]) -> None:
+@pytest.mark.parametrize("words", [
+    ["exec", "cli-aa", "--", "true"], ["exec", "--keep", "cli-aa", "--", "true"], ["shell", "cli-aa"],
+    ["run", "--host", "cli-aa", "task"], ["check", "cli-aa"], ["fleet", "exec", "cli-aa", "--", "true"],
+    ["fleet", "run", "cli-aa,cli-b", "task"], ["credentials", "set", "cli-aa"], ["audit", "show", "cli-aa"],
+    ["audit", "verify", "cli-aa"],
+])
+def test_a_host_name_typo_gets_the_same_suggestion_and_writes_no_audit_file(env: dict[str, str],
+                                                                             words: list[str]) -> None:
+    audit_dir = Path(env["XDG_STATE_HOME"]) / "remote-bash" / "audit"
+    cli(env, "exec", "cli-a", "--", "true")  # a real log, so the audit directory exists
+    before = sorted(p.name for p in audit_dir.iterdir())
+    out = cli({**env, "ANTHROPIC_API_KEY": "unused"}, *words, stdin="secret\n")
+    assert out.returncode == (1 if words[0] == "audit" else 127), out.stderr
+    assert out.stdout == ""
+    assert len(out.stderr.splitlines()) == 1
+    assert "'cli-aa'" in out.stderr
+    assert "did you mean 'cli-a'" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert sorted(p.name for p in audit_dir.iterdir()) == before  # no cli-aa.jsonl, no cli-aa.jsonl.lock
+
+
+def test_an_unknown_host_is_refused_before_anything_is_connected(env: dict[str, str]) -> None:
     out = cli(env, "exec", "no-such-host", "--", "true")
     assert out.returncode == 127
     assert out.stdout == ""
-    assert len(out.stderr.splitlines()) == 1
-    assert "no-such-host" in out.stderr
-    assert "not in the inventory" in out.stderr
-    assert "Traceback" not in out.stderr
-    assert [r["event"] for r in audit_records(env, "no-such-host")] == ["host.denied"]
+    assert out.stderr.startswith("remote-bash: unknown host 'no-such-host': not in the inventory ")
+    assert not list(Path(env["XDG_STATE_HOME"]).rglob("no-such-host*"))
+
+    sandbox = cli({k: v for k, v in env.items() if k != "REMOTE_BASH_INVENTORY"}, "exec", "sandbx", "--", "true")
+    assert sandbox.returncode == 127
+    assert sandbox.stderr == ("remote-bash: unknown host 'sandbx': with no inventory configured, the only host is "
+                              "'sandbox'; did you mean 'sandbox'?\n")
 
 
 @pytest.mark.parametrize("pattern", ["", " "])
@@ -229,8 +252,8 @@ def test_shell_ends_at_end_of_input_and_refuses_by_policy(env: dict[str, str]) -
 
 
 def test_every_command_has_help_with_an_example(env: dict[str, str]) -> None:
-    commands = [[], ["exec"], ["shell"], ["run"], ["hosts"], ["check"], ["credentials"], ["audit"],
-                ["sandbox"], ["fleet"]]
+    commands = [[], ["exec"], ["shell"], ["run"], ["hosts"], ["check"], ["credentials", "set"], ["audit", "show"],
+                ["sandbox", "start"], ["fleet", "exec"], ["fleet", "run"], ["mcp"], ["sessions"]]
     procs = [subprocess.Popen([*CLI, *words, "--help"], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for words in commands]
     for words, proc in zip(commands, procs, strict=True):
@@ -238,8 +261,8 @@ def test_every_command_has_help_with_an_example(env: dict[str, str]) -> None:
         assert proc.returncode == 0, (words, stderr)
         assert "example" in stdout, words
         assert "remote-bash " in stdout.split("example", 1)[1], words
-        assert "exit status:" in stdout, words
-        assert "127" in stdout, words
+        assert stdout.count("exit status:") == 1, words
+        assert " 2  " in stdout.split("exit status:")[1], words  # a usage error is possible everywhere
 
 
 def test_hosts_table(env: dict[str, str], pair: tuple[Host, Host]) -> None:
@@ -271,12 +294,29 @@ def test_check_reports_each_host_and_fails_for_a_stopped_one(
     assert lines["cli-a"].split()[1] == "ok"
     assert "bash 5" in lines["cli-a"]
     assert "SHA256:" in lines["cli-a"]
+    pretty = next(line.split("=", 1)[1].strip('"') for line in Path("/etc/os-release").read_text().splitlines()
+                  if line.startswith("PRETTY_NAME="))  # the test hosts are this machine
+    assert f"{pretty} (linux" in lines["cli-a"]
     assert lines["cli-down"].split()[1] == "FAILED"
     assert "ConnectionRefused" in lines["cli-down"]
 
     report = {r["host"]: r for r in json.loads(cli(env, "check", "--json", "cli-a").stdout)}
     assert report["cli-a"]["ok"] is True
     assert report["cli-a"]["user"] == pair[0].user
+    assert report["cli-a"]["distribution"] == pretty
+    assert report["cli-a"]["address"] == pair[0].address
+
+
+def test_check_shows_the_address_of_a_host_behind_a_jump_host(tmp_path: Path, pair: tuple[Host, Host]) -> None:
+    inventory = write_inventory(tmp_path / "hosts.yaml", {"cli-a": host_entry(pair[0]),
+                                                          "inner": host_entry(pair[1], jump=["cli-a"])})
+    env = {**base_env(tmp_path), "REMOTE_BASH_INVENTORY": str(inventory)}
+    out = cli(env, "check", "--json", "inner")
+    assert out.returncode == 0, out.stderr
+    (report,) = json.loads(out.stdout)
+    assert report["address"] == f"{pair[1].address} via cli-a"
+    table = cli(env, "check", "inner")
+    assert f"@{pair[1].address} via cli-a " in table.stdout
 
 
 # -- audit -------------------------------------------------------------------------------------
@@ -289,6 +329,8 @@ def test_audit_show_and_verify_detects_tampering(env: dict[str, str], tmp_path: 
 
     shown = cli(env, "audit", "show", "cli-b", "--audit-dir", str(audit_dir))
     assert shown.returncode == 0
+    assert shown.stdout.splitlines()[0].split() == ["TIME", "(UTC)", "EVENT", "SESSION", "TOOL", "USE", "OUTCOME",
+                                                    "COMMAND"]
     assert "exec.start" in shown.stdout
     assert "echo audited-2" in shown.stdout
     assert "exit=0" in shown.stdout
@@ -301,6 +343,7 @@ def test_audit_show_and_verify_detects_tampering(env: dict[str, str], tmp_path: 
     later = cli(env, "audit", "show", "cli-b", "--since", "2999-01-01T00:00:00Z",
                 "--audit-dir", str(audit_dir))
     assert later.stdout == ""
+    assert "no records of cli-b match" in later.stderr
 
     ok = cli(env, "audit", "verify", "cli-b", "--audit-dir", str(audit_dir))
     assert ok.returncode == 0
@@ -313,9 +356,13 @@ def test_audit_show_and_verify_detects_tampering(env: dict[str, str], tmp_path: 
     assert f"{log}:2:" in bad.stdout
     assert "altered" in bad.stdout
 
-    missing = cli(env, "audit", "verify", "never-used", "--audit-dir", str(audit_dir))
-    assert missing.returncode == 1
-    assert "no audit log" in missing.stderr
+    for action in ("show", "verify"):
+        missing = cli(env, "audit", action, "never-used", "--audit-dir", str(audit_dir))
+        assert missing.returncode == 1
+        assert "no audit log" in missing.stderr
+        declared = cli(env, "audit", action, "cli-a", "--audit-dir", str(audit_dir))
+        assert declared.returncode == 1
+        assert "nothing has been run there yet" in declared.stderr
 
 
 # -- credentials ---------------------------------------------------------------------------------
@@ -349,7 +396,13 @@ def test_run_without_an_api_key_says_how_to_set_one(env: dict[str, str]) -> None
     assert out.stdout == ""
     assert len(out.stderr.splitlines()) == 1
     assert "ANTHROPIC_API_KEY" in out.stderr
-    assert "remote-bash exec" in out.stderr
+    assert out.stderr.endswith("without a key this works: remote-bash exec cli-a -- uptime\n")
+    first = cli(env, "run", "tidy up /tmp")
+    assert first.stderr.endswith("without a key this works: remote-bash exec cli-a -- uptime\n")
+    fleet = cli(env, "fleet", "run", "web", "tidy up")
+    assert fleet.stderr.endswith("without a key this works: remote-bash fleet exec web -- uptime\n")
+    no_inventory = cli({k: v for k, v in env.items() if k != "REMOTE_BASH_INVENTORY"}, "run", "tidy up")
+    assert no_inventory.stderr.endswith("without a key this works: remote-bash exec -- uname -a\n")
 
 
 def test_run_shows_commands_output_and_cost(env: dict[str, str]) -> None:
@@ -392,8 +445,10 @@ def test_run_shows_commands_output_and_cost(env: dict[str, str]) -> None:
 def test_fleet_exec_recap_json_and_output_dir(env: dict[str, str], tmp_path: Path) -> None:
     out = cli(env, "fleet", "exec", "cli-a,cli-b", "--", "echo same")
     assert out.returncode == 0, out.stderr
-    assert "2 hosts" in out.stdout
+    assert "2 hosts in" in out.stdout
     assert "same" in out.stdout
+    one = cli(env, "fleet", "exec", "cli-a", "--", "true")
+    assert "\n1 host in " in one.stdout
 
     outdir = tmp_path / "out"
     as_json = cli(env, "fleet", "exec", "all", "--json", "--output-dir", str(outdir), "--",

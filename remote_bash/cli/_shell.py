@@ -200,6 +200,12 @@ class _History:
             for line in fh.read().splitlines()[-self.LIMIT :]:
                 readline.add_history(line)
 
+    def forget_last(self) -> None:
+        """Leave the line just read out of the history (``:exit``: recalling it would only leave)."""
+        length = self.readline.get_current_history_length()
+        if length:
+            self.readline.remove_history_item(length - 1)
+
     def save(self) -> None:
         from remote_bash._paths import private_dir, write_private
         from remote_bash.errors import RemoteBashError
@@ -258,6 +264,8 @@ class _Shell:
                     break
                 word = line.strip()
                 if word in (":exit", ":quit"):
+                    if history is not None:
+                        history.forget_last()
                     break
                 if not word:
                     continue
