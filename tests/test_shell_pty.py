@@ -46,7 +46,7 @@ class Terminal:
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
         self.proc = subprocess.Popen([*CLI, *args], env=env, stdin=slave, stdout=slave, stderr=slave,
-                                     start_new_session=True, preexec_fn=controlling_terminal)  # noqa: PLW1509
+                                     start_new_session=True, preexec_fn=controlling_terminal)
         os.close(slave)
         self.screen = b""
         self.lock = threading.Lock()
