@@ -9,6 +9,7 @@ subprocess where the exact bytes on stderr matter.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 from collections.abc import Iterator
@@ -177,12 +178,13 @@ def _section(title: str) -> str:
     """The README's text under ``title``, up to the next heading of any level."""
     start = README.index(f"\n{title}\n")
     rest = README[start + len(title) + 2 :]
-    end = re.search(r"^#+ ", rest, re.M)
+    end = re.search(r"^#{1,6} \S", rest, re.M)  # a heading, not a "#   comment" in a code block
     return rest[: end.start()] if end else rest
 
 
 def test_every_option_the_readme_command_line_section_names_exists() -> None:
     text = _section("## The command line") + _section("### What reaches your terminal")
+    text = re.sub(r"```console\n.*?```", "", text, flags=re.S)  # the examples show mistakes on purpose
     named = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", text)) - {"--color"}  # ls --color: run on a host
     known = {o for p in parsers() for a in p._actions for o in a.option_strings}
     assert len(named) >= 12
@@ -223,3 +225,34 @@ def test_hosts_example_loads_and_names_only_what_exists() -> None:
     commands = {p.prog.split()[1] for p in leaves()}
     named = set(re.findall(r"remote-bash ([a-z]+)", text)) | set(re.findall(r", ([a-z]+) PATTERN", text))
     assert named and named <= commands
+
+
+def test_the_readme_usage_error_examples_are_what_the_cli_prints(tmp_path: Path) -> None:
+    block = _section("## The command line").split("```console\n")[1].split("```")[0]
+    pairs = re.findall(r"^\$ (remote-bash .+)\n(.+)$", block, re.M)
+    assert len(pairs) == 2
+    env = base_env(tmp_path)
+    inventory = Path(env["XDG_CONFIG_HOME"]) / "remote-bash" / "hosts.yaml"
+    inventory.parent.mkdir(parents=True)
+    inventory.write_text("hosts:\n  web-1:\n    hostname: 192.0.2.1\n")  # never connected: TEST-NET-1
+    for command, expected in pairs:
+        out = subprocess.run([*CLI, *command.split()[1:]], env=env, capture_output=True, text=True, timeout=60,
+                             stdin=subprocess.DEVNULL)
+        assert out.returncode in (2, 127), out.stderr
+        assert out.stderr.replace(str(inventory), "/home/me/.config/remote-bash/hosts.yaml") == expected + "\n"
+    assert not (Path(env["XDG_STATE_HOME"]) / "remote-bash" / "audit").exists()
+
+
+def test_the_readme_sample_audit_record_is_of_the_command_shown_first() -> None:
+    from remote_bash.redact import Redactor
+
+    session = _section("## A session, as a user sees it")
+    command = re.search(r"^\$ remote-bash exec -- '(.+)'$", session, re.M)
+    assert command is not None
+    audit = _section("## The audit log")
+    record = json.loads(audit.split("```json\n")[1].split("```")[0])
+    assert record["event"] == "exec.start"
+    assert record["command"] == Redactor().redact(command[1])
+    shown = audit[audit.index("$ remote-bash audit show sandbox") :]
+    assert f"exec.start     {record['session_id'][:8]}" in shown
+    assert record["command"] in shown

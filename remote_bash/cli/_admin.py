@@ -209,8 +209,10 @@ def _no_log(ctx: _Context, directory: Path, host: str) -> str:
 
     logged = {unquote(p.name.removesuffix(".jsonl")) for p in directory.glob("*.jsonl")} if directory.is_dir() \
         else set()
+    from remote_bash.sandbox import SANDBOX
+
     inventory = ctx.load() if ctx.inventory_path() is not None else None
-    declared = set(inventory.hosts) if inventory is not None else set()
+    declared = set(inventory.hosts) if inventory is not None else {SANDBOX}
     if host in declared:
         return f"no audit log for {host} in {directory}: nothing has been run there yet"
     return str(_unknown(host, f"no audit log for it in {directory}, and it is not in the inventory",
