@@ -439,6 +439,20 @@ def test_run_shows_commands_output_and_cost(env: dict[str, str]) -> None:
     assert {"toolu_cli1", "toolu_cli2"} <= set(ids)
 
 
+def test_run_says_where_the_lines_it_does_not_show_are(tmp_path: Path, pair: tuple[Host, Host]) -> None:
+    """Lines past the first few are in the transcript only when the tool result kept them all."""
+    inventory = write_inventory(tmp_path / "hosts.yaml", {"small": host_entry(pair[0], output_limit=200)})
+    env = {**base_env(tmp_path), "REMOTE_BASH_INVENTORY": str(inventory)}
+    script = [Reply([tool_use({"command": "seq 1 8"}, id="toolu_few")]),
+              Reply([tool_use({"command": "seq 1 500"}, id="toolu_many")]), Reply([text("done")])]
+    with MessagesServer(script) as server:
+        out = cli({**env, "ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "test-key"}, "run", "count")
+    assert out.returncode == 0, out.stderr
+    assert "  ... 2 more lines (in the transcript)\n" in out.stdout
+    assert "  ... 494 more lines (only the first and last reached Claude and the transcript)\n" in out.stdout
+    assert "1 turn;" not in out.stderr and "3 turns;" in out.stderr
+
+
 # -- fleet ---------------------------------------------------------------------------------------
 
 
