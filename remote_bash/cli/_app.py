@@ -176,10 +176,13 @@ class _Commands:
 
     def add(self, name: str, summary: str, usage: str, example: str,
             *codes: tuple[int | str, str]) -> argparse.ArgumentParser:
-        return self.sub.add_parser(
+        parser = self.sub.add_parser(
             name, prog=f"{self.prog} {name}", parents=[self.common], help=summary, description=summary, usage=usage,
             formatter_class=argparse.RawDescriptionHelpFormatter,
             epilog=f"example:\n  {example}" + (f"\n\n{exit_codes(*codes)}" if codes else ""))
+        # For the mistakes a command finds itself (main): its name and usage, as the parser gives them.
+        parser.set_defaults(prog=parser.prog, usage_hint=" ".join(usage.split()))
+        return parser
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -489,7 +492,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             _err(traceback.format_exc())
         from remote_bash.errors import RemoteBashError
 
-        known = isinstance(exc, RemoteBashError | _UsageError | _NoApiKey)
+        if isinstance(exc, _UsageError):
+            # A mistake a command found in its options: named and hinted as the parser's are.
+            _err(_one_line(f"{args.prog}: {exc}; usage: {args.usage_hint}"))
+            return _exit_code(exc)
+        known = isinstance(exc, RemoteBashError | _NoApiKey)
         message = str(exc) if known else f"internal error: {type(exc).__name__}: {exc} (--debug shows where)"
         _err(f"{PROG}: {_one_line(message)}")
         return _exit_code(exc)
