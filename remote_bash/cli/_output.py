@@ -61,7 +61,7 @@ def exit_codes(*rows: tuple[int | str, str]) -> str:
 
 
 EXIT_CODES = exit_codes(
-    ("0", "success"), OWN,
+    ("0", "success"), ("N", "exec, shell: the command's own exit status"),
     (EXIT_FAILED, "a check, verification or fleet host failed; Claude did not finish"),
     (EXIT_USAGE, "usage error, or no Anthropic API key for run; fleet: some host did not run to its end"),
     TIMEOUT, ERROR, REFUSED, NOT_ALLOWED, INTERRUPTED,
