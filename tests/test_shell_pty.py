@@ -23,6 +23,7 @@ from remote_bash.models import Host
 
 from .sshd import TestHosts, processes_with
 from .test_cli import CLI, audit_records, base_env, host_entry, write_inventory
+from .waiting import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -78,14 +79,8 @@ class Terminal:
         os.write(self.master, keys.encode())
 
     def wait_for(self, needle: str, count: int = 1, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.text().count(needle) >= count:
-                return
-            if self.proc.poll() is not None and not self.reader.is_alive():
-                break
-            time.sleep(0.02)
-        raise AssertionError(f"{needle!r} (x{count}) never appeared on the terminal; it shows:\n{self.text()[-3000:]}")
+        wait_until(lambda: self.text().count(needle) >= count, within=timeout,
+                   what=f"{needle!r} (x{count}) on the terminal", show=lambda: self.text()[-3000:])
 
     def close(self) -> int:
         try:
@@ -144,10 +139,8 @@ def test_line_editing_history_ctrl_c_and_ctrl_d(terminal: Terminal, env: dict[st
     marker = str(uuid.uuid4().int)[:9]
     terminal.type(f"echo begun; sleep 77.{marker}\r")
     terminal.wait_for("begun\r\n")
-    deadline = time.monotonic() + 20
-    while not processes_with(f"sleep 77.{marker}", hosts.user):
-        assert time.monotonic() < deadline, "the command never started on the host"
-        time.sleep(0.05)
+    wait_until(lambda: processes_with(f"sleep 77.{marker}", hosts.user), within=20,
+               what="the command to start on the host")
     terminal.type("\x03")
     terminal.wait_for("[interrupted: the command was killed]")
     terminal.wait_for(PROMPT, 9)
