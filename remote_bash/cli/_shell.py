@@ -143,12 +143,20 @@ class _LoopThread:
         """Run ``coro`` there and wait for it; a Ctrl-C cancels it and waits for it to wind up
         (the session kills the command on the host), then raises ``KeyboardInterrupt``."""
         tasks: list[asyncio.Task[T]] = []
+        stop = threading.Event()
 
         async def hold() -> T:
             task = asyncio.current_task()
             assert task is not None
             tasks.append(task)
+            if stop.is_set():  # the Ctrl-C came before the task had started
+                coro.close()
+                raise asyncio.CancelledError
             return await coro
+
+        def cancel() -> None:
+            for task in tasks:
+                task.cancel()
 
         future = asyncio.run_coroutine_threadsafe(hold(), self.loop)
         interrupted = False
@@ -158,7 +166,8 @@ class _LoopThread:
             except KeyboardInterrupt:
                 # A second Ctrl-C while the kill runs asks for the same kill: the wait goes on.
                 interrupted = True
-                self.loop.call_soon_threadsafe(lambda: [t.cancel() for t in tasks])
+                stop.set()
+                self.loop.call_soon_threadsafe(cancel)
                 continue
             except (concurrent.futures.CancelledError, asyncio.CancelledError):
                 raise KeyboardInterrupt from None
@@ -167,6 +176,9 @@ class _LoopThread:
             return result
 
     def close(self) -> None:
+        for ending in (self.loop.shutdown_asyncgens(), self.loop.shutdown_default_executor()):
+            with contextlib.suppress(TimeoutError, RuntimeError, KeyboardInterrupt):  # ending anyway
+                asyncio.run_coroutine_threadsafe(ending, self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(30)
         if not self.thread.is_alive():
