@@ -2,7 +2,7 @@
 the shell's refusal of full-screen programs, and the README and hosts.example.yaml against the parser.
 
 What reaches a host is tested in test_cli.py and test_terminal_cli.py; here the parser is called
-directly (``_parser.parse``, the one function that turns argv into options) or the CLI is run as a
+directly (``_grammar.parse``, the one function that turns argv into options) or the CLI is run as a
 subprocess where the exact bytes on stderr matter.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_bash.cli import _output, _parser
+from remote_bash.cli import _grammar, _output
 from remote_bash.cli._shell import needs_terminal
 from remote_bash.inventory import load_inventory
 
@@ -29,7 +29,7 @@ README = (ROOT / "README.md").read_text()
 
 def parsers(parser: argparse.ArgumentParser | None = None) -> Iterator[argparse.ArgumentParser]:
     """Every parser: the top level, each command, each action of a command."""
-    parser = parser or _parser._parser()
+    parser = parser or _grammar._parser()
     yield parser
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -45,7 +45,7 @@ def leaves() -> list[argparse.ArgumentParser]:
 def usage_error(argv: list[str]) -> str:
     """The line a usage mistake prints, without the leading ``remote-bash`` (and its space or colon)."""
     with pytest.raises(_output._UsageError) as caught:
-        _parser.parse(argv)
+        _grammar.parse(argv)
     line = str(caught.value)
     assert line.startswith("remote-bash") and "\n" not in line
     return line.removeprefix("remote-bash").lstrip(" :")
@@ -61,14 +61,14 @@ def test_every_option_and_argument_has_a_description() -> None:
 
 
 def test_global_options_go_before_or_after_the_command() -> None:
-    before = _parser.parse(["--inventory", "inv.yaml", "--allow", "web", "--debug", "exec", "web-1", "--", "uptime"])
-    after = _parser.parse(["exec", "web-1", "--inventory", "inv.yaml", "--allow", "web", "--debug", "--", "uptime"])
-    nested = _parser.parse(["fleet", "exec", "--audit-dir", "/a", "web", "--", "true"])
+    before = _grammar.parse(["--inventory", "inv.yaml", "--allow", "web", "--debug", "exec", "web-1", "--", "uptime"])
+    after = _grammar.parse(["exec", "web-1", "--inventory", "inv.yaml", "--allow", "web", "--debug", "--", "uptime"])
+    nested = _grammar.parse(["fleet", "exec", "--audit-dir", "/a", "web", "--", "true"])
     for args in (before, after):
         assert (args.inventory, args.allow, args.debug, args.host, args.words) == \
             ("inv.yaml", "web", True, "web-1", ["uptime"])
     assert (nested.audit_dir, nested.command, nested.action, nested.pattern) == ("/a", "fleet", "exec", "web")
-    assert _parser.parse(["hosts"]).debug is False
+    assert _grammar.parse(["hosts"]).debug is False
 
 
 @pytest.mark.parametrize(("argv", "expected"), [
@@ -128,7 +128,7 @@ def test_a_usage_error_is_one_line_on_stderr_with_exit_2(tmp_path: Path) -> None
 
 
 def test_the_exit_status_table_is_at_the_top_once_and_each_command_lists_its_own() -> None:
-    top = _parser._parser().format_help()
+    top = _grammar._parser().format_help()
     assert top.count("exit status:") == 1
     assert _output.EXIT_CODES in top
     for code in (1, 2, 124, 125, 126, 127, 130):
@@ -200,7 +200,7 @@ def test_every_command_in_the_readme_table_parses() -> None:
         words = [w.split("|")[0] for w in words]
         concrete = [{"HOST": "web-1", "PATTERN": "web", "NAME": "web-1", "COMMAND": "uptime", "F": "key",
                      "PATH": "x.yaml", "127.0.0.1:PORT": "127.0.0.1:8765"}.get(w, w) for w in words]
-        args = _parser.parse(concrete)
+        args = _grammar.parse(concrete)
         assert args.handler, row
 
 

@@ -1,4 +1,4 @@
-""":func:`main`: argv in (through :func:`._parser.parse`), logging set up, the command run, an exit status out.
+""":func:`main`: argv in (through :func:`._grammar.parse`), logging set up, the command run, an exit status out.
 
 Each command's module is imported only when that command runs, so ``--help`` loads none of them.
 """
@@ -13,6 +13,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ._grammar import _parser as _parser  # the parser itself, for whoever compares with it
+from ._grammar import parse
 from ._output import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -23,7 +25,6 @@ from ._output import (
     _one_line,
     _UsageError,
 )
-from ._parser import parse
 
 
 def _command(handler: str) -> Callable[[Any], int]:
