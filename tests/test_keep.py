@@ -220,8 +220,8 @@ def test_idle_timeout_ends_the_process_and_what_it_left_running(env: dict[str, s
 
 def test_a_shape_left_to_the_parser_reaches_the_same_kept_session(env: dict[str, str]) -> None:
     assert cli(env, "exec", "--keep", "keep-a", "--", "export VIA=fast").returncode == 0
-    # "--time" is the parser's abbreviation of --timeout: the fast path leaves it to the parser.
-    slow = cli(env, "exec", "--keep", "--time", "30", "keep-a", "--", "echo $VIA")
+    # "--timeout=30" (one word) is a shape the fast path leaves to the parser.
+    slow = cli(env, "exec", "--keep", "--timeout=30", "keep-a", "--", "echo $VIA")
     assert slow.returncode == 0 and slow.stdout == "fast\n", slow.stderr
     assert len(daemon_pids(env)) == 1
 

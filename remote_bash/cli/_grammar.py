@@ -62,7 +62,10 @@ class _Parser(argparse.ArgumentParser):
         option = next((word for word in extra if word.startswith("-") and len(word) > 1), None)
         if option is not None:
             known = [o for action in self._actions for o in action.option_strings]
-            return f"unknown option {option.partition('=')[0]}{suggest(option.partition('=')[0], known)}"
+            given = option.partition("=")[0]
+            longer = [o for o in known if o.startswith(given)]  # options are never abbreviated: say so
+            hint = f"; did you mean {' or '.join(map(repr, longer[:3]))}?" if longer else suggest(given, known)
+            return f"unknown option {given}{hint}"
         where = " (the command goes after '--')" if "--" in (self.usage or "") else ""
         return f"unexpected argument {extra[0]!r}{where}"
 
