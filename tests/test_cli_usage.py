@@ -256,3 +256,18 @@ def test_the_readme_sample_audit_record_is_of_the_command_shown_first() -> None:
     shown = audit[audit.index("$ remote-bash audit show sandbox") :]
     assert f"exec.start     {record['session_id'][:8]}" in shown
     assert record["command"] in shown
+
+
+def test_every_remote_bash_command_line_the_readme_shows_parses() -> None:
+    import shlex
+
+    lines = re.findall(r"^\$ (remote-bash .*)$", README, re.M)
+    assert len(lines) >= 15
+    for line in lines:
+        words = shlex.split(line, comments=True)
+        for stop in ("&&", "|", "<", ">"):
+            words = words[: words.index(stop)] if stop in words else words
+        if "--workers" in words:  # the README's example of a usage error
+            assert usage_error(words[1:]).startswith("exec: unknown option --workers")
+            continue
+        assert _grammar.parse(words[1:]).handler, line
