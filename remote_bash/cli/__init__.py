@@ -10,12 +10,13 @@ host is used: a throwaway host in a container, or as a throwaway user (``remote-
 
 The package's modules, lowest layer first: ``_output`` (printing, exit statuses), ``_context`` (what
 the global options give every command, the built-in sandbox host included), the commands in
-``_exec``, ``_run``, ``_admin``, ``_fleet`` and ``_sandbox``, and ``_app`` (the parser and :func:`main`), which
-imports a command's module only when that command runs.
+``_exec``, ``_shell``, ``_run``, ``_admin``, ``_fleet``, ``_sandbox`` and ``_mcp``, ``_grammar`` (the parser:
+argv in, options or a one-line usage error out), and ``_app`` (:func:`main`), which imports a
+command's module only when that command runs.
 
 ``exec --keep HOST -- COMMAND`` in its plain shape skips even the parser: :func:`main` hands it to
 ``_keep``'s fast path, which loads the standard library, ``_output``, ``_paths`` and ``errors``
-only; anything else (or anything unusual in it) goes through the parser in ``_app``.
+only; anything else (or anything unusual in it) goes through the parser in ``_grammar``.
 """
 
 from __future__ import annotations
