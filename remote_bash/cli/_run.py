@@ -58,8 +58,8 @@ def _exec_hint(ctx: _Context, pattern: str | None) -> str:
         inventory = None
     if inventory is None and ctx.inventory_path() is None:
         return f"{PROG} exec -- uname -a"  # the sandbox: no host to name
-    if named is None and inventory is not None and inventory.hosts:
-        named = next(iter(inventory.hosts))
+    if inventory is not None and inventory.hosts and named not in inventory.hosts:
+        named = next(iter(inventory.hosts))  # never a name the inventory does not know
     return f"{PROG} exec {_quoted(named or 'HOST')} -- uptime"
 
 
