@@ -57,14 +57,12 @@ class _Parser(argparse.ArgumentParser):
         return found, extra
 
     def _leftover(self, extra: list[str]) -> str:
-        from remote_bash._inventory_file import suggest
-
         option = next((word for word in extra if word.startswith("-") and len(word) > 1), None)
         if option is not None:
             known = [o for action in self._actions for o in action.option_strings]
             given = option.partition("=")[0]
             longer = [o for o in known if o.startswith(given)]  # options are never abbreviated: say so
-            hint = f"; did you mean {' or '.join(map(repr, longer[:3]))}?" if longer else suggest(given, known)
+            hint = f"; did you mean {' or '.join(map(repr, longer[:3]))}?" if longer else _suggest(given, known)
             return f"unknown option {given}{hint}"
         where = " (the command goes after '--')" if "--" in (self.usage or "") else ""
         return f"unexpected argument {extra[0]!r}{where}"
@@ -72,14 +70,21 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         choice = re.fullmatch(r"argument (\S+): invalid choice: '(.*)' \(choose from (.*)\)", message, re.S)
         if choice is not None:
-            from remote_bash._inventory_file import suggest
-
             what, value = choice[1].lower() if choice[1].isupper() else "action", choice[2]
             names = [c.strip(" '") for c in choice[3].split(",")]
-            message = f"unknown {what} {value!r}{suggest(value, names) or '; choose from ' + ', '.join(names)}"
+            message = f"unknown {what} {value!r}{_suggest(value, names) or '; choose from ' + ', '.join(names)}"
         usage = " ".join((self.usage or self.format_usage().removeprefix("usage: ")).split())
         joint = " " if message.endswith("?") else "; "
         raise _UsageError(f"{self.prog}: {message}{joint}usage: {usage}")
+
+
+def _suggest(name: str, choices: Sequence[str]) -> str:
+    """``; did you mean 'x'?`` for the closest of ``choices``, or nothing: the wording of the
+    inventory's suggestions, without loading the inventory's models for a mistyped option."""
+    import difflib
+
+    close = [repr(c) for c in difflib.get_close_matches(name, list(choices), n=3, cutoff=0.6)]
+    return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
 def _sandbox_options(p: argparse.ArgumentParser) -> None:
