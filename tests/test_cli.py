@@ -138,7 +138,8 @@ def test_a_host_name_typo_gets_the_same_suggestion_and_writes_no_audit_file(env:
     audit_dir = Path(env["XDG_STATE_HOME"]) / "remote-bash" / "audit"
     cli(env, "exec", "cli-a", "--", "true")  # a real log, so the audit directory exists
     before = sorted(p.name for p in audit_dir.iterdir())
-    out = cli({**env, "ANTHROPIC_API_KEY": "unused"}, *words, stdin="secret\n")
+    out = cli({**env, "ANTHROPIC_API_KEY": "unused"}, *words,
+              stdin="secret\n" if words[0] == "credentials" else None)
     assert out.returncode == (1 if words[0] == "audit" else 127), out.stderr
     assert out.stdout == ""
     assert len(out.stderr.splitlines()) == 1
