@@ -138,7 +138,9 @@ class Gate:
         """The route to connect by (jump hosts first, ``host`` last), or HostNotAllowed, audited."""
         refused = self.refusal(host, jumps)
         if refused is not None:
-            if self.audit is not None:
+            # A name the inventory does not know gets no log of its own: the log's file name would
+            # come from whatever was typed (a typo, escape sequences, 300 characters), one per attempt.
+            if self.audit is not None and host.name in self.inventory.hosts:
                 await self.audit.awrite(host.name, "host.denied", address=host.address, denied=refused.hop,
                                         error=refused.why)
             raise refused.error()

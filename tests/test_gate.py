@@ -279,6 +279,12 @@ async def test_a_session_from_a_loaded_inventory_is_gated_by_it_and_takes_its_ro
     with pytest.raises(HostNotAllowed, match="but the inventory says"):
         await RemoteBashSession(moved).run("true")
 
+    # A name the inventory does not know is refused, and no log file is made under that name.
+    renamed = target.model_copy(update={"name": "\x1b]0;x\x07typo"})
+    with pytest.raises(HostNotAllowed, match="not in the inventory"):
+        await RemoteBashSession(renamed).run("true")
+    assert not [p.name for p in (tmp_path / "audit").iterdir() if "typo" in p.name]
+
     # An allowlist, as the CLI's --allow: the jump host's own jump host is checked.
     audit = AuditLog(tmp_path / "explicit")
     before = chain.counts()
