@@ -250,6 +250,8 @@ class RemoteBashSession:
         self._names = framing.ShellNames.new()
         self._orphaned = False
         self._running: asyncio.Task[Any] | None = None
+        self._stopping: asyncio.Future[None] | None = None
+        """The stop of an interrupted call, while it runs: the next use of the shell waits for it."""
         self.last_kill: KillReport | None = None
         """What the last ``restart()`` or ``close()`` did to the old shell's processes."""
 
@@ -281,6 +283,7 @@ class RemoteBashSession:
         self.state = SessionState.CLOSED
         await self._interrupt_running()
         async with self._lock:
+            await self._stopped()
             report = await self._drop_shell(kill=True)
             if self._conn is not None:
                 await self._conn.close()
@@ -296,6 +299,7 @@ class RemoteBashSession:
         self._check_open()
         await self._interrupt_running()
         async with self._lock:
+            await self._stopped()
             await self._drop_shell(kill=True)
             await self._ensure_shell()
             assert self.info is not None
@@ -307,8 +311,7 @@ class RemoteBashSession:
         if task is None or task.done() or task is asyncio.current_task():
             return
         task.cancel()
-        with contextlib.suppress(BaseException):
-            await asyncio.wait_for(asyncio.shield(task), 15)
+        await asyncio.wait([task], timeout=15)  # its outcome is its caller's; only its end matters here
 
     async def _abandon(self, conn: SshConnection) -> None:
         """Drop a connection that stopped answering; the next connect cleans up after it."""
@@ -344,6 +347,7 @@ class RemoteBashSession:
             raise
 
     async def _ensure_shell(self) -> None:
+        await self._stopped()
         if self._shell is not None and not self._shell.closed.is_set() and not self._shell.exited:
             return
         if self._conn is None or self._conn.is_closed:
@@ -364,7 +368,7 @@ class RemoteBashSession:
         try:
             shell.write(framing.init_script(token, self._names, env, ulimits, self.host.limits.nice))
             await asyncio.wait([startup.done], timeout=self.host.connect_timeout)
-        except BaseException:
+        except (Exception, asyncio.CancelledError):
             # Cancelled or failed half-way: this shell's start-up output must not reach a call.
             self._call = None
             self._shell = None
@@ -602,47 +606,63 @@ class RemoteBashSession:
             shell.write(frame)
             if self._feed is not None:
                 self._feed.start()  # after the frame: the writer opens the FIFO only once it is on its way
-            ended = await self._wait(call, shell, timeout)
-            if not ended:
+            if not await self._wait(call, shell, timeout):
                 timed_out = True
-                try:
-                    kill = await self._kill_call(call, shell, conn, "timeout")
-                except RemoteBashError as exc:
-                    # The kill channel did not answer: nothing more can be said of this host.
-                    await self._abandon(conn)
-                    raise ConnectionLost(
-                        f"the command outran its {timeout:g} s deadline and the host did not answer the "
-                        f"kill ({exc.message}); the connection was dropped and the next call reconnects and "
-                        "stops what is left of it", host=self.host.name,
-                    ) from exc
+                kill = await self._kill_timed_out(call, shell, conn, timeout)
         except asyncio.CancelledError:
-            # Ctrl-C or a cancelled task: the remote command must not run on unattended. A second
-            # cancel (a double Ctrl-C) must not cut the kill short either.
-            killing = asyncio.ensure_future(self._kill_call(call, shell, conn, "interrupted"))
-            for _ in range(100):
-                try:
-                    await asyncio.shield(killing)
-                    break
-                except asyncio.CancelledError:
-                    continue
-                except Exception:  # any failure: the shell is dropped below
-                    break
-            kill = killing.result() if killing.done() and not killing.cancelled() and not killing.exception() \
-                else None
-            self._call = None
-            if not call.finished:
-                # Its sentinel may still come: this shell cannot be trusted with the next call.
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(self._drop_shell(kill=True))
-            await self._audit_write("exec.end", command=command, tool_use_id=tool_use_id, call_id=token.call_id,
-                                    interrupted=True, kill=kill.model_dump() if kill else None,
-                                    duration=round(time.monotonic() - started, 6), strict=False)
+            # Ctrl-C or a cancelled task: the remote command must not run on unattended. Its stop
+            # runs as a task of its own, so that a second cancel cannot cut it short; the next use
+            # of the shell waits for it (_stopped).
+            self._stopping = asyncio.ensure_future(
+                self._stop_interrupted(call, shell, conn, command, tool_use_id, started))
+            await asyncio.shield(self._stopping)
             raise
+        except Exception:
+            self._call = None
+            raise
+        self._call = None
+        duration = time.monotonic() - started
+        return await self._finish(command, call, shell, conn, timeout, timed_out, kill, duration, tool_use_id)
+
+    async def _kill_timed_out(self, call: _Call, shell: ShellChannel, conn: SshConnection,
+                              timeout: float) -> KillReport:
+        try:
+            return await self._kill_call(call, shell, conn, "timeout")
+        except RemoteBashError as exc:
+            # The kill channel did not answer: nothing more can be said of this host.
+            await self._abandon(conn)
+            raise ConnectionLost(
+                f"the command outran its {timeout:g} s deadline and the host did not answer the "
+                f"kill ({exc.message}); the connection was dropped and the next call reconnects and "
+                "stops what is left of it", host=self.host.name,
+            ) from exc
+
+    async def _stop_interrupted(self, call: _Call, shell: ShellChannel, conn: SshConnection, command: str,
+                                tool_use_id: str | None, started: float) -> None:
+        """Kill what an interrupted call started, drop the shell when its sentinel did not come
+        (it may still come: this shell cannot be trusted with the next call), and audit the end."""
+        kill: KillReport | None = None
+        try:
+            kill = await self._kill_call(call, shell, conn, "interrupted")
+        except RemoteBashError:
+            pass  # the kill channel failed: the sentinel did not come, so the shell is dropped below
         finally:
             if self._call is call:
                 self._call = None
-        duration = time.monotonic() - started
-        return await self._finish(command, call, shell, conn, timeout, timed_out, kill, duration, tool_use_id)
+        if not call.finished:
+            with contextlib.suppress(RemoteBashError):
+                await self._drop_shell(kill=True)
+        await self._audit_write("exec.end", command=command, tool_use_id=tool_use_id, call_id=call.token.call_id,
+                                interrupted=True, kill=kill.model_dump() if kill else None,
+                                duration=round(time.monotonic() - started, 6), strict=False)
+
+    async def _stopped(self) -> None:
+        """Wait for the stop of an interrupted call, if one is under way. Waiting is cancellable;
+        the stop itself is not cut short by it."""
+        stopping = self._stopping
+        if stopping is not None:
+            await asyncio.wait([stopping])
+            self._stopping = None
 
     async def _wait(self, call: _Call, shell: ShellChannel, timeout: float) -> bool:
         """Wait for the sentinel, the shell's end, or the deadline. True unless the deadline passed."""
