@@ -124,9 +124,11 @@ class _Call:
         self.waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         """Resolved True by the sentinel or the shell's end, False by a deadline; rearmed after."""
         self.status: int | None = None
+        self.restart = False
+        """The sentinel said the shell left its driver loop (see framing.driver)."""
         self.on_output = on_output
         self.decoder = codecs.getincrementaldecoder("utf-8")("replace") if on_output else None
-        self.cleaner = framing.TextCleaner()
+        self.cleaner = framing.TextCleaner() if on_output else None
         self.live: _LiveOutput | None = None
         self.sent_at = 0.0
         """When the frame was written (monotonic): the kill dates the call's start on the host by it."""
@@ -143,6 +145,7 @@ class _Call:
             self.add(out)
         if result.done:
             self.status = result.status
+            self.restart = result.restart
             if not self.done.done():
                 self.done.set_result(True)
             if not self.waiter.done():
@@ -156,7 +159,7 @@ class _Call:
         if self.decoder is not None and self.on_output is not None:
             text = self.decoder.decode(data, final=final)
             if text:
-                self.on_output(self.cleaner.feed(text))
+                self.on_output(self.cleaner.feed(text) if self.cleaner is not None else text)
 
     def end(self) -> None:
         """The shell's channel closed: wake whoever waits for this call."""
@@ -248,6 +251,8 @@ class RemoteBashSession:
         self._between: framing.OutputCapture | None = None
         self._feed: _stdin.StdinFeed | None = None
         self._names = framing.ShellNames.new()
+        self._driver_left = False
+        """The shell left its driver loop: the next frame brings it again."""
         self._orphaned = False
         self._running: asyncio.Task[Any] | None = None
         self._stopping: asyncio.Future[None] | None = None
@@ -358,6 +363,7 @@ class RemoteBashSession:
         shell = await conn.open_shell(framing.SHELL_COMMAND)
         self._shell = shell
         self._names = framing.ShellNames.new()
+        self._driver_left = False
         shell.on_data = self._on_data
         shell.on_closed = self._on_shell_closed
         token = framing.CallToken.new()
@@ -423,6 +429,8 @@ class RemoteBashSession:
             self._between.add(data)
             return
         rest = call.feed(data)
+        if call.restart:
+            self._driver_left = True
         if rest:
             self._call = None
             self._on_data(rest)
@@ -457,7 +465,8 @@ class RemoteBashSession:
                 shell.on_data = collect
                 with contextlib.suppress(RemoteBashError):
                     shell.write(framing.exit_frame(reaper.kill_script(
-                        tag, "KILL", exclude_self=True, below=info.shell_pid, since=since)))
+                        tag, "KILL", exclude_self=True, below=info.shell_pid, since=since), self._names,
+                        restart=self._driver_left))
                 waiters = [asyncio.ensure_future(reported.wait()), asyncio.ensure_future(shell.closed.wait())]
                 try:
                     await asyncio.wait(waiters, timeout=10, return_when=asyncio.FIRST_COMPLETED)
@@ -586,7 +595,7 @@ class RemoteBashSession:
         assert self._shell is not None and self._conn is not None
         shell, conn = self._shell, self._conn
         token = framing.CallToken.new()
-        frame = framing.frame_command(command, token, self._names,
+        frame = framing.frame_command(command, token, self._names, restart=self._driver_left,
                                       stdin=self._feed.path if self._feed is not None else None)
         await self._audit_write("exec.start", command=command, tool_use_id=tool_use_id, timeout=timeout,
                                 call_id=token.call_id, strict=True)
@@ -604,6 +613,7 @@ class RemoteBashSession:
         try:
             call.sent_at = time.monotonic()
             shell.write(frame)
+            self._driver_left = False
             if self._feed is not None:
                 self._feed.start()  # after the frame: the writer opens the FIFO only once it is on its way
             if not await self._wait(call, shell, timeout):
