@@ -55,7 +55,9 @@ class AuditSink(Protocol):
     async def awrite(self, host: str, event: str, /, **fields: Any) -> dict[str, Any]: ...
 
 
-class Redactor(Protocol):
+class SupportsRedact(Protocol):
+    """What masks secrets in text (``remote_bash.redact.Redactor`` fits)."""
+
     def redact(self, text: str) -> str: ...
 
 
@@ -80,17 +82,20 @@ class RemoteInfo:
 
 
 CredentialSource = Callable[[Host], Credentials | Awaitable[Credentials]]
-HostGate = Callable[[Host, Sequence[Host]], Awaitable[None] | None]
+HostCheck = Callable[[Host, Sequence[Host]], Awaitable[None] | None]
+"""Asked before connecting: raises (HostNotAllowed) to refuse the host or its route.
+``remote_bash.access.Gate`` is one."""
 
 
-def default_audit(redactor: Redactor | None = None, key_files: Mapping[str, Path | None] | None = None) -> AuditSink:
+def default_audit(redactor: SupportsRedact | None = None,
+                  key_files: Mapping[str, Path | None] | None = None) -> AuditSink:
     """An audit log in the default audit directory, the one the CLI writes to: what a session
     writes to unless told otherwise. Keyed as the CLI's is: a host's ``audit_key_file`` (from
     ``key_files``, by host name), else the OS keyring's key when ``audit key init`` put one there."""
     from typing import cast
 
     from .audit import AuditLog, default_audit_dir, keyring_marker, load_key_file, parse_key
-    from .redact import Redactor as _BuiltinRedactor
+    from .redact import Redactor
 
     files = dict(key_files or {})
     lookup: Callable[[], str | None] | None = None
@@ -106,7 +111,7 @@ def default_audit(redactor: Redactor | None = None, key_files: Mapping[str, Path
         text = lookup() if lookup is not None else None
         return None if text is None else parse_key(text, "the audit key in the OS keyring")
 
-    log = AuditLog(default_audit_dir(), redactor=redactor if isinstance(redactor, _BuiltinRedactor) else None,
+    log = AuditLog(default_audit_dir(), redactor=redactor if isinstance(redactor, Redactor) else None,
                    key=key)
     # AuditLog.awrite takes host and event positional-only, as AuditSink says; the cast is for the
     # keyword names of **fields, which a Protocol cannot spell out.
@@ -182,7 +187,7 @@ class _Call:
 class _LiveOutput:
     """Streams a call's output to a callback with secrets masked, across chunk boundaries."""
 
-    def __init__(self, sink: Callable[[str], None], redactor: Redactor) -> None:
+    def __init__(self, sink: Callable[[str], None], redactor: SupportsRedact) -> None:
         self._sink = sink
         stream = getattr(redactor, "stream", None)
         self._stream: Any = stream() if callable(stream) else None
@@ -216,8 +221,8 @@ class RemoteBashSession:
         jump_hosts: Sequence[Host] | None = None,
         credentials: CredentialSource | None = None,
         audit: AuditSink | Literal[False] | None = None,
-        redactor: Redactor | None = None,
-        gate: HostGate | Literal[False] | None = None,
+        redactor: SupportsRedact | None = None,
+        gate: HostCheck | Literal[False] | None = None,
         operator: str | None = None,
         kill_grace: float = KILL_GRACE,
     ) -> None:
@@ -232,14 +237,14 @@ class RemoteBashSession:
         self.state = SessionState.NEW
         self._credentials = credentials or _default_credentials
         if redactor is None:
-            from .redact import Redactor as _BuiltinRedactor
+            from .redact import Redactor
 
-            redactor = _BuiltinRedactor(host.redact)
+            redactor = Redactor(host.redact)
         self._redactor = redactor
         if audit is None:
             audit = default_audit(redactor, {host.name: host.audit_key_file})
         self._audit: AuditSink | None = audit or None
-        self._gate: HostGate | None = (Gate.of(host, self._audit) if gate is None else gate or None)
+        self._gate: HostCheck | None = (Gate.of(host, self._audit) if gate is None else gate or None)
         if jump_hosts is None:
             jump_hosts = self._gate.route(host)[:-1] if isinstance(self._gate, Gate) else ()
         self.jump_hosts = list(jump_hosts)
@@ -808,7 +813,6 @@ class RemoteBashSession:
             output=text,
             exit_code=exit_code,
             timed_out=timed_out,
-            interrupted=False,
             truncated=truncated,
             shell_lost=shell_lost,
             duration=duration,

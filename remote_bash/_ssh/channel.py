@@ -57,7 +57,7 @@ class ShellSession(asyncssh.SSHClientSession[bytes]):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._owner._on_closed(exc)
+        self._owner._on_closed()  # the connection's own loss is reported by SshConnection
 
     # The shell's exit is reported before the channel closes: the channel stays open while a
     # child of the dead shell still holds its stdout, so waiting for the close could take long.
@@ -75,7 +75,6 @@ class ShellChannel:
         self.host = host
         self.closed = Flag()
         self.exited = False
-        self.close_error: Exception | None = None
         self.on_data: Callable[[bytes], None] = lambda _data: None
         self.on_closed: Callable[[], None] = lambda: None
         self._chan: asyncssh.SSHClientChannel[bytes] | None = None
@@ -83,8 +82,7 @@ class ShellChannel:
     def _on_data(self, data: bytes) -> None:
         self.on_data(data)
 
-    def _on_closed(self, exc: Exception | None) -> None:
-        self.close_error = exc
+    def _on_closed(self) -> None:
         self.closed.set()
         self.on_closed()
 
