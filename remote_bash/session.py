@@ -808,7 +808,9 @@ class RemoteBashSession:
             if timed_out:
                 exit_code = None
         text, truncated = self._render(call.capture)
-        result = CommandResult(
+        # Every field is made here, of the right type: building without validation saves a few
+        # microseconds on each call's path.
+        result = CommandResult.model_construct(
             command=self._redact(command),  # shown and stored (--json, fleet files): masked like the output
             output=text,
             exit_code=exit_code,
