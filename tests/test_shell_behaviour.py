@@ -4,6 +4,7 @@ and rewrite their environment (with and without a per-login cgroup), kill noise,
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -287,9 +288,10 @@ async def test_a_deep_break_and_tmout_leave_the_shell_and_its_state(session: Rem
     r = await session.run("echo before; break 5; echo not-reached")
     assert (r.output, r.exit_code, r.shell_lost) == ("before\n", 0, False)
     assert (await session.run("echo $KEEP $PWD")).output == "1 /tmp\n"
-    await session.run("TMOUT=1")
-    await asyncio.sleep(1.5)  # idle between calls longer than TMOUT: the condition under test
+    await session.run("TMOUT=0.2")
+    # Not a synchronisation: idle time between calls, longer than TMOUT, is the condition under test.
+    await asyncio.sleep(0.6)
     r = await session.run("echo $TMOUT; read -r x; echo read=$?")
-    assert (r.output, r.shell_lost) == ("1\nread=1\n", False)
+    assert (r.output, r.shell_lost) == ("0.2\nread=1\n", False)
     r = await session.run("printf '%s\\n' 'ünï ✓' '\\c'")
     assert r.output == "ünï ✓\n\\c\n"
