@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -139,6 +140,90 @@ async def opens(host: Host, count: int) -> tuple[float, float]:
     return statistics.median(ours), statistics.median(theirs)
 
 
+# -- where the time goes: bash alone, Python alone ------------------------------------------------
+
+
+def bash_alone(calls: int) -> tuple[float, float]:
+    """Median µs per call of a local bash fed through a pipe, as sshd feeds it: the bare loop's two
+    lines, and remote_bash's frames through its driver loop."""
+    from remote_bash import framing
+
+    def run(init: bytes, frame: Callable[[int], tuple[bytes, bytes]]) -> float:
+        proc = subprocess.Popen(["bash", "--noprofile", "--norc"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                bufsize=0)
+        assert proc.stdin is not None and proc.stdout is not None
+        fd = proc.stdout.fileno()
+        proc.stdin.write(init)
+        times = []
+        try:
+            for i in range(calls):
+                data, marker = frame(i)
+                t = time.perf_counter()
+                proc.stdin.write(data)
+                buf = b""
+                while marker not in buf:
+                    buf += os.read(fd, 65536)
+                times.append(time.perf_counter() - t)
+        finally:
+            proc.stdin.close()
+            proc.wait(10)
+        return statistics.median(times[calls // 10:]) * 1e6
+
+    names = framing.ShellNames.new()
+
+    def ours(_i: int) -> tuple[bytes, bytes]:
+        token = framing.CallToken.new()
+        return framing.frame_command("true", token, names), token.marker
+
+    def bare(i: int) -> tuple[bytes, bytes]:
+        return f"true\nprintf '%s\\n' __END_{i}__\n".encode(), f"__END_{i}__".encode()
+
+    return run(framing.init_script(framing.CallToken.new(), names, {}, [], None), ours), run(b"", bare)
+
+
+class _EchoShell:
+    """Stands in for the shell channel: answers each frame with its sentinel at once."""
+
+    def __init__(self) -> None:
+        from remote_bash._ssh.channel import Flag
+
+        self.closed = Flag()
+        self.exited = False
+        self.on_data: Callable[[bytes], None] = lambda _data: None
+
+    def write(self, data: bytes) -> None:
+        from remote_bash.framing import HEADER_SIZE
+
+        header = data[-HEADER_SIZE - 4:].decode()[:HEADER_SIZE]  # "true" is 4 bytes
+        nonce = header[8:20] + header[21:33]
+        asyncio.get_running_loop().call_soon(self.on_data, b"\x1eRB" + nonce.encode() + b":0\x1e")
+
+
+async def python_alone(calls: int) -> tuple[float, float]:
+    """Median µs per call of session.run with the shell replaced by an in-process echo, and of the
+    same future round trip alone (the floor for any asyncio code)."""
+    from remote_bash.session import SessionState
+
+    session = RemoteBashSession(Host(name="echo", hostname="127.0.0.1"), audit=False, gate=False)
+    shell = _EchoShell()
+    session._shell = shell  # type: ignore[assignment]
+    session._conn = type("Conn", (), {"is_closed": False, "host_key_fingerprint": ""})()  # type: ignore[assignment]
+    shell.on_data = session._on_data
+    session.state = SessionState.OPEN
+    loop = asyncio.get_running_loop()
+    ours, floor = [], []
+    for _ in range(calls):
+        t = time.perf_counter()
+        await session.run("true")
+        ours.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        fut = loop.create_future()
+        loop.call_soon(fut.set_result, None)
+        await fut
+        floor.append(time.perf_counter() - t)
+    return statistics.median(ours) * 1e6, statistics.median(floor) * 1e6
+
+
 # -- memory --------------------------------------------------------------------------------------
 
 
@@ -240,6 +325,10 @@ async def main() -> None:
         print(f"latency vs bare loop:    {lat_ratio:.2f}x   (target <= 1.2x)")
         print(f"throughput vs bare loop: {tp_ratio:.2f}x   (target >= 0.95x)")
         print(f"speed-up vs conn.run:    {run_lat / med('rb_lat'):.1f}x")
+        bash_ours, bash_bare = bash_alone(2000)
+        py_ours, py_floor = await python_alone(5000)
+        print(f"bash alone (local pipe):  {bash_ours:.0f} µs per call vs the bare loop's lines {bash_bare:.0f} µs")
+        print(f"Python alone (echo shell): {py_ours:.0f} µs per call vs a future round trip {py_floor:.0f} µs")
         if args.sessions:
             ours = memory("session", host, args.sessions)
             theirs = memory("asyncssh", host, args.sessions)
