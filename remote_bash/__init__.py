@@ -11,32 +11,8 @@
 
 from __future__ import annotations
 
-from .errors import (
-    AccessDenied,
-    AuditError,
-    AuthenticationFailed,
-    CommandTimeout,
-    ConfigError,
-    ConnectError,
-    ConnectionLost,
-    ConnectionRefused,
-    ConnectTimeout,
-    CredentialError,
-    HostKeyChanged,
-    HostKeyError,
-    HostNotAllowed,
-    HostUnreachable,
-    InventoryError,
-    KnownHostsMissing,
-    PolicyDenied,
-    RemoteBashError,
-    RemoteFileError,
-    SelectionError,
-    SessionClosed,
-    SessionError,
-    UnknownHostKey,
-    UnsafePath,
-)
+from . import errors as _errors
+from .errors import *  # noqa: F403  (every error is public: errors.__all__ lists them)
 
 # Not typing.TYPE_CHECKING: importing typing would cost the kept-session client more than its call.
 TYPE_CHECKING = False
@@ -82,41 +58,18 @@ def __dir__() -> list[str]:
 __version__ = "0.1.0"
 
 __all__ = [
-    "AccessDenied",
-    "AuditError",
-    "AuthenticationFailed",
     "BashTool",
     "CommandPolicy",
     "CommandResult",
-    "CommandTimeout",
-    "ConfigError",
-    "ConnectError",
-    "ConnectTimeout",
-    "ConnectionLost",
-    "ConnectionRefused",
-    "CredentialError",
     "EditPolicy",
     "EditTool",
     "Host",
-    "HostKeyChanged",
-    "HostKeyError",
-    "HostNotAllowed",
-    "HostUnreachable",
     "Inventory",
-    "InventoryError",
     "KillReport",
-    "KnownHostsMissing",
-    "PolicyDenied",
-    "RemoteBashError",
     "RemoteBashSession",
-    "RemoteFileError",
     "RemoteInfo",
     "ResourceLimits",
-    "SelectionError",
-    "SessionClosed",
-    "SessionError",
-    "UnknownHostKey",
-    "UnsafePath",
     "__version__",
     "load_inventory",
 ]
+__all__ += _errors.__all__

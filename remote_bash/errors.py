@@ -27,22 +27,16 @@ what failed and what to do about it.
     │   ├── ConnectionLost          the connection or the remote shell died mid-call
     │   ├── SessionClosed           the session was closed by its owner
     │   └── RemoteFileError         a file operation of the text editor failed on the host
-    ├── CommandTimeout              (also TimeoutError) a command outran its deadline
     ├── AuditError                  the audit log cannot be written: nothing is run
     └── CredentialError             the keyring cannot give or store a secret
 """
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # not typing's: the kept-session client loads this module, and typing costs it
-if TYPE_CHECKING:
-    from typing import Any
-
 __all__ = [
     "AccessDenied",
     "AuditError",
     "AuthenticationFailed",
-    "CommandTimeout",
     "ConfigError",
     "ConnectError",
     "ConnectTimeout",
@@ -202,14 +196,6 @@ class RemoteFileError(SessionError):
     def __init__(self, message: str, *, host: str | None = None, reason: str = "failure") -> None:
         super().__init__(message, host=host)
         self.reason = reason
-
-
-class CommandTimeout(RemoteBashError, TimeoutError):
-    """A command outran its deadline and was killed; ``result`` keeps the partial output."""
-
-    def __init__(self, message: str, *, host: str | None = None, result: Any = None) -> None:
-        super().__init__(message, host=host)
-        self.result = result
 
 
 class AuditError(RemoteBashError):

@@ -1,15 +1,16 @@
 """Pure framing: wrap a command for the remote bash, find where its output ends, render it.
 
 The remote side is one ``bash --noprofile --norc`` reading its script from stdin, with
-stdout and stderr merged. Each call sends a *frame*: the command as one single-quoted
-word (so quotes, heredocs, trailing ``&`` or ``# comment``, unclosed quotes and 200 KB
-of text all reach bash intact), ``eval``'d at top level with stdin from /dev/null (so
-``cat`` or ``read`` get end-of-file, never the session's input), then a sentinel that
-is unique to the call and carries the exit status, written to a private descriptor.
+stdout and stderr merged. Its start-up script ends in a *driver*: a loop, parsed once, that
+reads each call as a fixed-size header and the command's bytes (``read -N``, a few system
+calls, where bash's parser reads a pipe one byte at a time), ``eval``s the command at top level
+with stdin from /dev/null (so ``cat`` or ``read`` get end-of-file, never the session's input),
+then writes a sentinel that is unique to the call and carries the exit status to a private
+descriptor. The command is never parsed as part of the driver, so quotes, heredocs, trailing
+``&`` or ``# comment``, unclosed quotes and 200 KB of text all reach ``eval`` intact.
 
-The sentinel's bytes never appear in the frame text itself (the nonce is sent in two
-halves), so even ``set -v`` echoing the frame cannot fake it, and nothing the command
-prints can either. The frame uses only keywords, assignments and ``builtin``, and
+The sentinel's bytes never appear in what is sent (the nonce is sent in two halves), and
+nothing the command prints can fake it. The frame uses only keywords, assignments and ``builtin``, and
 suspends ``set -x``/``set -v`` and history around itself, so ``set -u``, ``IFS=``, ``PATH=``,
 ``set -o history`` or a function named like a builtin add no noise, break nothing and show
 nothing of the framing.
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from . import terminal
 
 __all__ = [
+    "HEADER_SIZE",
     "NULL_FD",
     "SENTINEL_FD",
     "SHELL_COMMAND",
@@ -39,6 +41,7 @@ __all__ = [
     "ShellNames",
     "TextCleaner",
     "clean_text",
+    "driver",
     "exit_frame",
     "frame_command",
     "init_script",
@@ -89,24 +92,21 @@ class CallToken:
     """The identity of one call: its sentinel and the tag its processes carry."""
 
     nonce: str
+    call_id: str = field(init=False)
+    """The first half of the nonce: exported as the call's process tag."""
+    second: str = field(init=False)
+    marker: bytes = field(init=False)
+    """The bytes that open this call's sentinel; never present in what is sent."""
+
+    def __post_init__(self) -> None:
+        # Computed once: a call reads them several times on the hot path.
+        object.__setattr__(self, "call_id", self.nonce[:12])
+        object.__setattr__(self, "second", self.nonce[12:])
+        object.__setattr__(self, "marker", b"\x1eRB" + self.nonce.encode() + b":")
 
     @classmethod
     def new(cls) -> CallToken:
         return cls(secrets.token_hex(12))
-
-    @property
-    def call_id(self) -> str:
-        """The first half of the nonce: exported as the call's process tag."""
-        return self.nonce[:12]
-
-    @property
-    def second(self) -> str:
-        return self.nonce[12:]
-
-    @property
-    def marker(self) -> bytes:
-        """The bytes that open this call's sentinel; never present in the frame text."""
-        return b"\x1eRB" + self.nonce.encode() + b":"
 
 
 @dataclass(frozen=True)
@@ -129,39 +129,85 @@ NULL_FD = 18
 (a dup is cheaper than opening /dev/null twice per call)."""
 
 
-def frame_command(command: str, token: CallToken, names: ShellNames, *, stdin: str | None = None) -> bytes:
-    """The bytes to send to the shell to run ``command`` as one call.
+HEADER_SIZE = 34
+"""A call's header: the command's length in bytes (8 digits), the call id, the status-line flag,
+the nonce's second half, the escape flag."""
 
-    One line, kept short and cheap (bash reads a pipe one byte at a time, and every redirection
-    costs system calls): the command as one quoted word; the call's process tag; the ``eval`` at
-    top level (so ``declare``, ``cd`` and ``export`` persist) inside a one-iteration loop that the
-    abort signal's trap breaks out of, with stdin on /dev/null and stdout/stderr on the channel
-    (bash restores the shell's own when the ``eval`` returns, so a command's ``exec >file`` or
-    ``exec 1>&-`` lasts until the end of its call and cannot blind the next one); then the
-    framing function, silent because the shell's own stderr is /dev/null outside the ``eval``: it
-    captures ``$?``, suspends ``set -x``/``-v`` and history, prepares the next call and writes the
-    sentinel. The status capture shares the eval's line on purpose: after a syntax error inside
-    ``eval``, bash misreads a reserved word that starts the next line.
 
-    ``$_rbq``, added when :func:`status_line_safe` says the text can take a line after it,
-    records the status inside the ``eval`` so that the ``eval`` itself succeeds: a user's ``ERR``
-    trap then runs once, for the user's command, never a second time for the framing.
+def frame_command(command: str, token: CallToken, names: ShellNames, *, stdin: str | None = None,
+                  restart: bool = False) -> bytes:
+    """The bytes to send to the shell's driver to run ``command`` as one call: a header, then
+    the command's bytes. ``restart`` puts the driver's text first, for a shell whose driver loop
+    was left (the last call's sentinel said so: see :class:`ScanResult`).
+
+    ``read -N`` counts characters in the shell's locale, so a command that is not plain ASCII is
+    sent escaped (every backslash doubled, every other byte as ``\\xHH``) and flagged; the driver
+    turns it back with ``printf %b``. The status-line flag says whether :func:`status_line_safe`
+    lets the driver add ``$_rbq`` after the text (see :func:`driver`).
 
     ``stdin``, when given, is a path (a FIFO fed with the caller's input) that the ``eval`` reads
-    instead of /dev/null.
+    instead of /dev/null: it goes first in the body, on a line of its own, and the flag says so.
     """
     if "\x00" in command:
         raise ValueError("the command contains a NUL byte, which bash cannot pass on")
     if _SURROGATE.search(command):
         raise ValueError("the command contains a lone surrogate code point, which is not valid text")
-    tail = "$_rbq" if status_line_safe(command) else ""
-    # The input FIFO is opened last, so that bash's message, should it fail, reaches the output.
-    redirects = (f"<&{NULL_FD} >&{SENTINEL_FD} 2>&1" if stdin is None
-                 else f">&{SENTINEL_FD} 2>&1 <{shell_quote(stdin)}")
+    text = command or " "  # read -N 0 fails: an empty command is sent as a blank
+    if stdin is not None:
+        if not stdin.isascii() or "\n" in stdin:
+            raise ValueError(f"the input FIFO's path {stdin!r} must be ASCII on one line")
+        text = f"{stdin}\n{text}"
+    if text.isascii():
+        body, escaped = text.encode(), "-"
+    else:
+        body = "".join(c if c.isascii() and c != "\\" else _escape(c) for c in text).encode()
+        escaped = "e"
+    if stdin is not None:
+        escaped = "f" if escaped == "-" else "g"
+    flag = "0" if status_line_safe(command) else "9"
+    header = f"{len(body):08d}{token.call_id}{flag}{token.second}{escaped}".encode()
+    return (driver(names) if restart else b"") + header + body
+
+
+def _escape(char: str) -> str:
+    return "".join(f"\\x{b:02x}" for b in char.encode()) if char != "\\" else "\\\\"
+
+
+def driver(names: ShellNames) -> bytes:
+    """The loop that runs calls, parsed once: it reads a header and the command (no timeout, even
+    when a command set ``TMOUT``: the framing function puts it aside between calls), exports the
+    call's process tag and ``eval``s the command at top level (so ``declare``, ``cd`` and
+    ``export`` persist) inside two one-iteration loops, with stdin on /dev/null and stdout/stderr
+    on the channel (bash restores the shell's own when the ``eval`` returns, so a command's
+    ``exec >file`` or ``exec 1>&-`` lasts until the end of its call and cannot blind the next
+    one); then the framing function writes the sentinel.
+
+    The inner loops take a command's own ``break`` or ``continue`` (up to two levels). The abort
+    signal's trap, and a ``break`` of more levels, leave the driver itself: the sentinel after
+    the loop then says so (its status ends in ``r``), and the next frame brings the driver again.
+    ``$_rbq`` is added after the text when the header's flag is ``0`` (``${_rbq:90}`` is empty):
+    it records the status inside the ``eval`` so that the ``eval`` itself succeeds, and a user's
+    ``ERR`` trap runs once, for the user's command, never a second time for the framing. It
+    shares the eval's text on purpose: after a syntax error inside ``eval``, bash misreads a
+    reserved word that starts the next line.
+
+    A call fed from a FIFO (flag ``f``, or ``g`` when escaped) has the FIFO's path as the body's
+    first line; its ``eval`` reads the FIFO, opened last so that bash's message, should it fail,
+    reaches the output.
+    """
+    after = f'{names.after} "${{_rbm:8:12}}" "${{_rbm:21:12}}"'
+    command = '"$_rbp$_rbc${_rbq:${_rbm:20:1}0}"'
+    take_path = "_rbi=${_rbc%%$'\\n'*} _rbc=${_rbc#*$'\\n'}"
     return (
-        f"_rbc={shell_quote(command)};{CALL_ENV}={token.call_id};"
-        f'for _rbl in 1;do eval "$_rbp$_rbc{tail}" {redirects};done;'
-        f"{names.after} {token.call_id} {token.second}\n"
+        f"while builtin read -r -N {HEADER_SIZE} _rbm && "
+        'builtin read -r -N "$((10#${_rbm:0:8}))" _rbc; do '
+        'case ${_rbm:33:1} in e) builtin printf -v _rbc %b "$_rbc";; '
+        f"f) {take_path};; "
+        f'g) builtin printf -v _rbc %b "$_rbc"; {take_path};; esac; '
+        f"{CALL_ENV}=${{_rbm:8:12}}; "  # last before the eval: the command starts with $? at 0
+        f'for _rbl in 1;do for _rbl in 1;do case ${{_rbi-}} in "") eval {command} '
+        f"<&{NULL_FD} >&{SENTINEL_FD} 2>&1;; *) eval {command} >&{SENTINEL_FD} 2>&1 <\"$_rbi\";; esac;"
+        f"done;done;{after};done;{after} r\n"
     ).encode()
 
 
@@ -205,15 +251,17 @@ def status_line_safe(command: str) -> bool:
 
 def _functions(names: ShellNames) -> list[str]:
     # Runs after every call (and once at start-up): it also readies the shell for the next call,
-    # undoing what a command may have changed that the frame relies on: functions shadowing
-    # `builtin` or `eval`, the export of the process tag, the abort trap. It computes the prefix
-    # that gives the next command the tracing and the history its predecessor left on (history is
-    # off while bash reads a frame, so no frame line is ever recorded), and the status line
-    # (`$_rbq`, see frame_command) unless `set -v` or history would show it.
+    # undoing what a command may have changed that the driver relies on: functions shadowing
+    # `builtin` or `eval`, the export of the process tag, the abort trap, TMOUT (which would give
+    # the driver's read a timeout; put aside and given back to each command). It computes the
+    # prefix that gives the next command the tracing and the history its predecessor left on, and
+    # the status line (`$_rbq`, see driver) unless `set -v` or history would show it. `_rbl` is
+    # set only while a command runs: the abort trap leaves the loops then, never while the driver
+    # waits for the next call (which would lose that call).
     return [
-        f"{names.after}() {{ _rbs=${{_rbs:-$?}}; _rbf=$-; unset -f builtin eval; builtin set +xv; "
+        f"{names.after}() {{ _rbs=${{_rbs:-$?}}; _rbl= _rbi=; _rbf=$-; unset -f builtin eval; builtin set +xv; "
         f"builtin unset -v _rbc; builtin export {CALL_ENV}=; "
-        f"builtin trap 'break 1000 2>/dev/null' {ABORT_SIGNAL}; "
+        f"builtin trap '[[ ${{_rbl-}} ]] && break 1000 2>/dev/null' {ABORT_SIGNAL}; "
         # Under set -x the status line runs silenced ($_rbX), so that it is not traced.
         'case $_rbf in *v*) _rbp=" -${_rbf//[!xv]/}" _rbq=;; *x*) _rbp=" -x" _rbq=$_rbX;; '
         "*) _rbp= _rbq=$_rbN;; esac; "
@@ -221,14 +269,15 @@ def _functions(names: ShellNames) -> list[str]:
         '[[ -o history ]] && { [[ $_rbh ]] && builtin history -d -1; builtin set +o history; '
         '_rbp+=" -o history" _rbq=; }; '
         "[[ $_rbp ]] && _rbp=\"builtin set$_rbp\"$'\\n'; "
-        f"builtin printf '\\036RB%s%s:%s\\036' \"$1\" \"$2\" \"$_rbs\" >&{SENTINEL_FD}; _rbs= _rbh=; }}",
+        "[[ ${TMOUT-} ]] && { _rbT=$TMOUT; builtin unset -v TMOUT; _rbp=\"TMOUT=\\$_rbT\"$'\\n'$_rbp; }; "
+        f"builtin printf '\\036RB%s%s:%s%s\\036' \"$1\" \"$2\" \"$_rbs\" \"${{3-}}\" >&{SENTINEL_FD}; _rbs= _rbh=; }}",
     ]
 
 
 def init_script(token: CallToken, names: ShellNames, env: dict[str, str], ulimits: list[tuple[str, int]],
                 nice: int | None) -> bytes:
-    """The first frame: descriptors, the framing function, environment, limits, then a line of
-    facts and the sentinel.
+    """The start-up script: descriptors, the framing function, environment, limits, a line of
+    facts and the sentinel, then the driver, which waits for the first call.
 
     Its output holds ``RBINFO <pid>|<bash version>|<uname -srm>|<user>|<uptime>`` and one
     ``RBERR <what>`` line per setting that failed.
@@ -266,7 +315,7 @@ def init_script(token: CallToken, names: ShellNames, env: dict[str, str], ulimit
         "\"${OSTYPE-} ${_rbk:-?} ${HOSTTYPE-}\" \"${USER:-${LOGNAME-}}\" \"${_rbu-}\""
     )
     lines.append(f"{names.after} {token.call_id} {token.second}")
-    return ("\n".join(lines) + "\n").encode()
+    return ("\n".join(lines) + "\n").encode() + driver(names)
 
 
 @dataclass
@@ -279,6 +328,9 @@ class ScanResult:
     status: int | None = None
     rest: bytes = b""
     """Bytes after the sentinel: output of background jobs, kept for the next call."""
+    restart: bool = False
+    """The shell left its driver loop (an abort, or a command's ``break`` of many levels): the next
+    frame must bring the driver again."""
 
 
 class FrameScanner:
@@ -299,8 +351,11 @@ class FrameScanner:
             if end >= 0:
                 digits = buf[at + len(self._marker):end]
                 self._carry = b""
+                restart = digits.endswith(b"r")
+                if restart:
+                    digits = digits[:-1]
                 status = int(digits) if digits.isdigit() else None
-                return ScanResult(buf[:at], True, status, buf[end + 1:])
+                return ScanResult(buf[:at], True, status, buf[end + 1:], restart)
             if len(buf) - at <= self._keep:
                 self._carry = buf[at:]
                 return ScanResult(buf[:at])
@@ -536,6 +591,6 @@ def render_output(capture: OutputCapture, limit: int,
     return f"{head_kept}\n[... {cut:,} bytes cut: the output was {capture.total:,} bytes ...]\n{tail_kept}", True
 
 
-def exit_frame(script: str) -> bytes:
+def exit_frame(script: str, names: ShellNames, *, restart: bool = False) -> bytes:
     """What to send an idle shell so that it replaces itself with ``/bin/sh -c script``."""
-    return f"unset -f builtin 2>/dev/null; builtin exec /bin/sh -c {shell_quote(script)}\n".encode()
+    return frame_command(f"builtin exec /bin/sh -c {shell_quote(script)}", CallToken.new(), names, restart=restart)

@@ -283,8 +283,6 @@ class CommandResult(_Config):
     """The exit status; ``None`` when the command was killed or the shell was lost."""
     timed_out: bool = False
     """True when the command outran its deadline and was killed."""
-    interrupted: bool = False
-    """True when the caller interrupted the command (Ctrl-C)."""
     truncated: bool = False
     """True when the middle of the output was cut to respect the output limit."""
     shell_lost: bool = False

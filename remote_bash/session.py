@@ -55,7 +55,9 @@ class AuditSink(Protocol):
     async def awrite(self, host: str, event: str, /, **fields: Any) -> dict[str, Any]: ...
 
 
-class Redactor(Protocol):
+class SupportsRedact(Protocol):
+    """What masks secrets in text (``remote_bash.redact.Redactor`` fits)."""
+
     def redact(self, text: str) -> str: ...
 
 
@@ -80,17 +82,20 @@ class RemoteInfo:
 
 
 CredentialSource = Callable[[Host], Credentials | Awaitable[Credentials]]
-HostGate = Callable[[Host, Sequence[Host]], Awaitable[None] | None]
+HostCheck = Callable[[Host, Sequence[Host]], Awaitable[None] | None]
+"""Asked before connecting: raises (HostNotAllowed) to refuse the host or its route.
+``remote_bash.access.Gate`` is one."""
 
 
-def default_audit(redactor: Redactor | None = None, key_files: Mapping[str, Path | None] | None = None) -> AuditSink:
+def default_audit(redactor: SupportsRedact | None = None,
+                  key_files: Mapping[str, Path | None] | None = None) -> AuditSink:
     """An audit log in the default audit directory, the one the CLI writes to: what a session
     writes to unless told otherwise. Keyed as the CLI's is: a host's ``audit_key_file`` (from
     ``key_files``, by host name), else the OS keyring's key when ``audit key init`` put one there."""
     from typing import cast
 
     from .audit import AuditLog, default_audit_dir, keyring_marker, load_key_file, parse_key
-    from .redact import Redactor as _BuiltinRedactor
+    from .redact import Redactor
 
     files = dict(key_files or {})
     lookup: Callable[[], str | None] | None = None
@@ -106,7 +111,7 @@ def default_audit(redactor: Redactor | None = None, key_files: Mapping[str, Path
         text = lookup() if lookup is not None else None
         return None if text is None else parse_key(text, "the audit key in the OS keyring")
 
-    log = AuditLog(default_audit_dir(), redactor=redactor if isinstance(redactor, _BuiltinRedactor) else None,
+    log = AuditLog(default_audit_dir(), redactor=redactor if isinstance(redactor, Redactor) else None,
                    key=key)
     # AuditLog.awrite takes host and event positional-only, as AuditSink says; the cast is for the
     # keyword names of **fields, which a Protocol cannot spell out.
@@ -124,9 +129,11 @@ class _Call:
         self.waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         """Resolved True by the sentinel or the shell's end, False by a deadline; rearmed after."""
         self.status: int | None = None
+        self.restart = False
+        """The sentinel said the shell left its driver loop (see framing.driver)."""
         self.on_output = on_output
         self.decoder = codecs.getincrementaldecoder("utf-8")("replace") if on_output else None
-        self.cleaner = framing.TextCleaner()
+        self.cleaner = framing.TextCleaner() if on_output else None
         self.live: _LiveOutput | None = None
         self.sent_at = 0.0
         """When the frame was written (monotonic): the kill dates the call's start on the host by it."""
@@ -143,6 +150,7 @@ class _Call:
             self.add(out)
         if result.done:
             self.status = result.status
+            self.restart = result.restart
             if not self.done.done():
                 self.done.set_result(True)
             if not self.waiter.done():
@@ -156,7 +164,7 @@ class _Call:
         if self.decoder is not None and self.on_output is not None:
             text = self.decoder.decode(data, final=final)
             if text:
-                self.on_output(self.cleaner.feed(text))
+                self.on_output(self.cleaner.feed(text) if self.cleaner is not None else text)
 
     def end(self) -> None:
         """The shell's channel closed: wake whoever waits for this call."""
@@ -179,7 +187,7 @@ class _Call:
 class _LiveOutput:
     """Streams a call's output to a callback with secrets masked, across chunk boundaries."""
 
-    def __init__(self, sink: Callable[[str], None], redactor: Redactor) -> None:
+    def __init__(self, sink: Callable[[str], None], redactor: SupportsRedact) -> None:
         self._sink = sink
         stream = getattr(redactor, "stream", None)
         self._stream: Any = stream() if callable(stream) else None
@@ -213,8 +221,8 @@ class RemoteBashSession:
         jump_hosts: Sequence[Host] | None = None,
         credentials: CredentialSource | None = None,
         audit: AuditSink | Literal[False] | None = None,
-        redactor: Redactor | None = None,
-        gate: HostGate | Literal[False] | None = None,
+        redactor: SupportsRedact | None = None,
+        gate: HostCheck | Literal[False] | None = None,
         operator: str | None = None,
         kill_grace: float = KILL_GRACE,
     ) -> None:
@@ -229,14 +237,14 @@ class RemoteBashSession:
         self.state = SessionState.NEW
         self._credentials = credentials or _default_credentials
         if redactor is None:
-            from .redact import Redactor as _BuiltinRedactor
+            from .redact import Redactor
 
-            redactor = _BuiltinRedactor(host.redact)
+            redactor = Redactor(host.redact)
         self._redactor = redactor
         if audit is None:
             audit = default_audit(redactor, {host.name: host.audit_key_file})
         self._audit: AuditSink | None = audit or None
-        self._gate: HostGate | None = (Gate.of(host, self._audit) if gate is None else gate or None)
+        self._gate: HostCheck | None = (Gate.of(host, self._audit) if gate is None else gate or None)
         if jump_hosts is None:
             jump_hosts = self._gate.route(host)[:-1] if isinstance(self._gate, Gate) else ()
         self.jump_hosts = list(jump_hosts)
@@ -248,8 +256,12 @@ class RemoteBashSession:
         self._between: framing.OutputCapture | None = None
         self._feed: _stdin.StdinFeed | None = None
         self._names = framing.ShellNames.new()
+        self._driver_left = False
+        """The shell left its driver loop: the next frame brings it again."""
         self._orphaned = False
         self._running: asyncio.Task[Any] | None = None
+        self._stopping: asyncio.Future[None] | None = None
+        """The stop of an interrupted call, while it runs: the next use of the shell waits for it."""
         self.last_kill: KillReport | None = None
         """What the last ``restart()`` or ``close()`` did to the old shell's processes."""
 
@@ -281,6 +293,7 @@ class RemoteBashSession:
         self.state = SessionState.CLOSED
         await self._interrupt_running()
         async with self._lock:
+            await self._stopped()
             report = await self._drop_shell(kill=True)
             if self._conn is not None:
                 await self._conn.close()
@@ -296,6 +309,7 @@ class RemoteBashSession:
         self._check_open()
         await self._interrupt_running()
         async with self._lock:
+            await self._stopped()
             await self._drop_shell(kill=True)
             await self._ensure_shell()
             assert self.info is not None
@@ -307,8 +321,7 @@ class RemoteBashSession:
         if task is None or task.done() or task is asyncio.current_task():
             return
         task.cancel()
-        with contextlib.suppress(BaseException):
-            await asyncio.wait_for(asyncio.shield(task), 15)
+        await asyncio.wait([task], timeout=15)  # its outcome is its caller's; only its end matters here
 
     async def _abandon(self, conn: SshConnection) -> None:
         """Drop a connection that stopped answering; the next connect cleans up after it."""
@@ -344,6 +357,7 @@ class RemoteBashSession:
             raise
 
     async def _ensure_shell(self) -> None:
+        await self._stopped()
         if self._shell is not None and not self._shell.closed.is_set() and not self._shell.exited:
             return
         if self._conn is None or self._conn.is_closed:
@@ -354,6 +368,7 @@ class RemoteBashSession:
         shell = await conn.open_shell(framing.SHELL_COMMAND)
         self._shell = shell
         self._names = framing.ShellNames.new()
+        self._driver_left = False
         shell.on_data = self._on_data
         shell.on_closed = self._on_shell_closed
         token = framing.CallToken.new()
@@ -364,7 +379,7 @@ class RemoteBashSession:
         try:
             shell.write(framing.init_script(token, self._names, env, ulimits, self.host.limits.nice))
             await asyncio.wait([startup.done], timeout=self.host.connect_timeout)
-        except BaseException:
+        except (Exception, asyncio.CancelledError):
             # Cancelled or failed half-way: this shell's start-up output must not reach a call.
             self._call = None
             self._shell = None
@@ -419,6 +434,8 @@ class RemoteBashSession:
             self._between.add(data)
             return
         rest = call.feed(data)
+        if call.restart:
+            self._driver_left = True
         if rest:
             self._call = None
             self._on_data(rest)
@@ -453,7 +470,8 @@ class RemoteBashSession:
                 shell.on_data = collect
                 with contextlib.suppress(RemoteBashError):
                     shell.write(framing.exit_frame(reaper.kill_script(
-                        tag, "KILL", exclude_self=True, below=info.shell_pid, since=since)))
+                        tag, "KILL", exclude_self=True, below=info.shell_pid, since=since), self._names,
+                        restart=self._driver_left))
                 waiters = [asyncio.ensure_future(reported.wait()), asyncio.ensure_future(shell.closed.wait())]
                 try:
                     await asyncio.wait(waiters, timeout=10, return_when=asyncio.FIRST_COMPLETED)
@@ -582,7 +600,7 @@ class RemoteBashSession:
         assert self._shell is not None and self._conn is not None
         shell, conn = self._shell, self._conn
         token = framing.CallToken.new()
-        frame = framing.frame_command(command, token, self._names,
+        frame = framing.frame_command(command, token, self._names, restart=self._driver_left,
                                       stdin=self._feed.path if self._feed is not None else None)
         await self._audit_write("exec.start", command=command, tool_use_id=tool_use_id, timeout=timeout,
                                 call_id=token.call_id, strict=True)
@@ -600,49 +618,66 @@ class RemoteBashSession:
         try:
             call.sent_at = time.monotonic()
             shell.write(frame)
+            self._driver_left = False
             if self._feed is not None:
                 self._feed.start()  # after the frame: the writer opens the FIFO only once it is on its way
-            ended = await self._wait(call, shell, timeout)
-            if not ended:
+            if not await self._wait(call, shell, timeout):
                 timed_out = True
-                try:
-                    kill = await self._kill_call(call, shell, conn, "timeout")
-                except RemoteBashError as exc:
-                    # The kill channel did not answer: nothing more can be said of this host.
-                    await self._abandon(conn)
-                    raise ConnectionLost(
-                        f"the command outran its {timeout:g} s deadline and the host did not answer the "
-                        f"kill ({exc.message}); the connection was dropped and the next call reconnects and "
-                        "stops what is left of it", host=self.host.name,
-                    ) from exc
+                kill = await self._kill_timed_out(call, shell, conn, timeout)
         except asyncio.CancelledError:
-            # Ctrl-C or a cancelled task: the remote command must not run on unattended. A second
-            # cancel (a double Ctrl-C) must not cut the kill short either.
-            killing = asyncio.ensure_future(self._kill_call(call, shell, conn, "interrupted"))
-            for _ in range(100):
-                try:
-                    await asyncio.shield(killing)
-                    break
-                except asyncio.CancelledError:
-                    continue
-                except Exception:  # any failure: the shell is dropped below
-                    break
-            kill = killing.result() if killing.done() and not killing.cancelled() and not killing.exception() \
-                else None
-            self._call = None
-            if not call.finished:
-                # Its sentinel may still come: this shell cannot be trusted with the next call.
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(self._drop_shell(kill=True))
-            await self._audit_write("exec.end", command=command, tool_use_id=tool_use_id, call_id=token.call_id,
-                                    interrupted=True, kill=kill.model_dump() if kill else None,
-                                    duration=round(time.monotonic() - started, 6), strict=False)
+            # Ctrl-C or a cancelled task: the remote command must not run on unattended. Its stop
+            # runs as a task of its own, so that a second cancel cannot cut it short; the next use
+            # of the shell waits for it (_stopped).
+            self._stopping = asyncio.ensure_future(
+                self._stop_interrupted(call, shell, conn, command, tool_use_id, started))
+            await asyncio.shield(self._stopping)
             raise
+        except Exception:
+            self._call = None
+            raise
+        self._call = None
+        duration = time.monotonic() - started
+        return await self._finish(command, call, shell, conn, timeout, timed_out, kill, duration, tool_use_id)
+
+    async def _kill_timed_out(self, call: _Call, shell: ShellChannel, conn: SshConnection,
+                              timeout: float) -> KillReport:
+        try:
+            return await self._kill_call(call, shell, conn, "timeout")
+        except RemoteBashError as exc:
+            # The kill channel did not answer: nothing more can be said of this host.
+            await self._abandon(conn)
+            raise ConnectionLost(
+                f"the command outran its {timeout:g} s deadline and the host did not answer the "
+                f"kill ({exc.message}); the connection was dropped and the next call reconnects and "
+                "stops what is left of it", host=self.host.name,
+            ) from exc
+
+    async def _stop_interrupted(self, call: _Call, shell: ShellChannel, conn: SshConnection, command: str,
+                                tool_use_id: str | None, started: float) -> None:
+        """Kill what an interrupted call started, drop the shell when its sentinel did not come
+        (it may still come: this shell cannot be trusted with the next call), and audit the end."""
+        kill: KillReport | None = None
+        try:
+            kill = await self._kill_call(call, shell, conn, "interrupted")
+        except RemoteBashError:
+            pass  # the kill channel failed: the sentinel did not come, so the shell is dropped below
         finally:
             if self._call is call:
                 self._call = None
-        duration = time.monotonic() - started
-        return await self._finish(command, call, shell, conn, timeout, timed_out, kill, duration, tool_use_id)
+        if not call.finished:
+            with contextlib.suppress(RemoteBashError):
+                await self._drop_shell(kill=True)
+        await self._audit_write("exec.end", command=command, tool_use_id=tool_use_id, call_id=call.token.call_id,
+                                interrupted=True, kill=kill.model_dump() if kill else None,
+                                duration=round(time.monotonic() - started, 6), strict=False)
+
+    async def _stopped(self) -> None:
+        """Wait for the stop of an interrupted call, if one is under way. Waiting is cancellable;
+        the stop itself is not cut short by it."""
+        stopping = self._stopping
+        if stopping is not None:
+            await asyncio.wait([stopping])
+            self._stopping = None
 
     async def _wait(self, call: _Call, shell: ShellChannel, timeout: float) -> bool:
         """Wait for the sentinel, the shell's end, or the deadline. True unless the deadline passed."""
@@ -778,7 +813,6 @@ class RemoteBashSession:
             output=text,
             exit_code=exit_code,
             timed_out=timed_out,
-            interrupted=False,
             truncated=truncated,
             shell_lost=shell_lost,
             duration=duration,
@@ -787,14 +821,15 @@ class RemoteBashSession:
             timeout=timeout,
             kill=kill,
         )
-        await self._audit_write(
-            "exec.end", command=command, tool_use_id=tool_use_id, call_id=call.token.call_id,
-            exit_code=exit_code, duration=round(duration, 6), timed_out=timed_out, shell_lost=shell_lost,
-            exit_signal=shell.exit_signal if shell_lost else None,
-            kill=kill.model_dump() if kill else None, output_bytes=call.capture.total,
-            output_sha256=call.capture.sha256, output_head=text[:500], output_tail=text[-500:] if
-            len(text) > 500 else None, truncated=truncated, strict=False,
-        )
+        if self._audit is not None:  # the record's fields cost a few microseconds to build
+            await self._audit_write(
+                "exec.end", command=command, tool_use_id=tool_use_id, call_id=call.token.call_id,
+                exit_code=exit_code, duration=round(duration, 6), timed_out=timed_out, shell_lost=shell_lost,
+                exit_signal=shell.exit_signal if shell_lost else None,
+                kill=kill.model_dump() if kill else None, output_bytes=call.capture.total,
+                output_sha256=call.capture.sha256, output_head=text[:500], output_tail=text[-500:] if
+                len(text) > 500 else None, truncated=truncated, strict=False,
+            )
         return result
 
     async def _settle(self, shell: ShellChannel, conn: SshConnection) -> None:

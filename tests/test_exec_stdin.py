@@ -432,9 +432,12 @@ async def test_a_fifo_never_used_goes_away_even_with_the_connection(hosts: TestH
 
 def test_the_frame_reads_the_fifo_only_when_asked() -> None:
     token, names = framing.CallToken.new(), framing.ShellNames.new()
-    assert f"<&{framing.NULL_FD}".encode() in framing.frame_command("cat", token, names)
+    size = framing.HEADER_SIZE
+    plain = framing.frame_command("cat", token, names)
+    assert plain[size - 1:size] == b"-" and plain[size:] == b"cat"  # the driver's eval reads /dev/null
     framed = framing.frame_command("cat", token, names, stdin="/tmp/remote-bash-stdin.x y/in")
-    assert b"<'/tmp/remote-bash-stdin.x y/in'" in framed and f"<&{framing.NULL_FD}".encode() not in framed
+    assert framed[size - 1:size] == b"f" and framed[size:] == b"/tmp/remote-bash-stdin.x y/in\ncat"
+    assert b'<"$_rbi"' in framing.driver(names) and f"<&{framing.NULL_FD}".encode() in framing.driver(names)
 
 
 def test_writer_script_is_posix_sh_and_tags_the_writer() -> None:

@@ -12,7 +12,12 @@ def test_all_lists_exactly_the_public_names() -> None:
     public = {n for n in dir(remote_bash) if not n.startswith("_")} - {"annotations", "TYPE_CHECKING", "Any"}
     modules = {n for n in public if type(getattr(remote_bash, n)).__name__ == "module"}
     assert set(remote_bash.__all__) == (public - modules) | {"__version__"}
-    assert remote_bash.__all__ == sorted(remote_bash.__all__)
+    assert len(remote_bash.__all__) == len(set(remote_bash.__all__))
+    # The package's own names, sorted, then every error, as errors.__all__ lists them (sorted too).
+    errors = remote_bash.errors.__all__
+    assert remote_bash.__all__[-len(errors):] == errors == sorted(errors)
+    own = remote_bash.__all__[:-len(errors)]
+    assert own == sorted(own)
     for name in remote_bash.__all__:
         assert getattr(remote_bash, name) is not None
 

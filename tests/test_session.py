@@ -521,3 +521,14 @@ async def test_background_output_after_a_call_opens_the_next_one(session: Remote
     assert r.truncated
     assert r.output_bytes == 1_000_000 + len("\nBGTAIL\nnext\n")
     assert r.output.endswith("BGTAIL\nnext\n")
+
+
+async def test_the_abort_signal_at_an_idle_shell_loses_nothing(session: RemoteBashSession) -> None:
+    """A timeout's abort signal (USR2) that reaches the shell just after its call ended, while it
+    waits for the next one, must neither leave the call loop nor swallow the next call."""
+    await session.run("KEEP=1")
+    assert session.info is not None
+    for _ in range(3):
+        os.kill(session.info.shell_pid, signal.SIGUSR2)
+        r = await session.run("echo $KEEP")
+        assert (r.output, r.exit_code, r.shell_lost) == ("1\n", 0, False)

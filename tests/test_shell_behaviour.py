@@ -4,6 +4,7 @@ and rewrite their environment (with and without a per-login cgroup), kill noise,
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -278,3 +279,19 @@ async def test_in_a_login_cgroup_restart_and_close_stop_every_daemon(cgroup_host
         report = await session.close()
         assert report is not None and report.cgroup and report.unchecked is None
         await wait_for(lambda: not processes_with(mark + "b", hosts.user), within=10, what="close to stop the daemon")
+
+
+async def test_a_deep_break_and_tmout_leave_the_shell_and_its_state(session: RemoteBashSession) -> None:
+    """``break 5`` leaves the loop that runs calls (the next call brings it back); ``TMOUT`` would
+    give that loop's read a timeout while it waits between calls (it is put aside instead)."""
+    await session.run("cd /tmp; KEEP=1")
+    r = await session.run("echo before; break 5; echo not-reached")
+    assert (r.output, r.exit_code, r.shell_lost) == ("before\n", 0, False)
+    assert (await session.run("echo $KEEP $PWD")).output == "1 /tmp\n"
+    await session.run("TMOUT=0.2")
+    # Not a synchronisation: idle time between calls, longer than TMOUT, is the condition under test.
+    await asyncio.sleep(0.6)
+    r = await session.run("echo $TMOUT; read -r x; echo read=$?")
+    assert (r.output, r.shell_lost) == ("0.2\nread=1\n", False)
+    r = await session.run("printf '%s\\n' 'ünï ✓' '\\c'")
+    assert r.output == "ünï ✓\n\\c\n"

@@ -14,7 +14,34 @@ import asyncssh
 
 from remote_bash.errors import ConnectionLost
 
-__all__ = ["InputChannel", "ShellChannel", "ShellSession"]
+__all__ = ["Flag", "InputChannel", "ShellChannel", "ShellSession"]
+
+
+class Flag:
+    """A flag that is set once and can be waited for: what an ``asyncio.Event`` does here, without
+    the deque every Event allocates up front (two per open session, a fleet holds hundreds)."""
+
+    __slots__ = ("_set", "_waiter")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def wait(self) -> None:
+        if self._set:
+            return
+        if self._waiter is None:
+            self._waiter = asyncio.get_running_loop().create_future()
+        # Shielded: one cancelled waiter must not cancel the future the others wait on.
+        await asyncio.shield(self._waiter)
 
 
 class ShellSession(asyncssh.SSHClientSession[bytes]):
@@ -30,7 +57,7 @@ class ShellSession(asyncssh.SSHClientSession[bytes]):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._owner._on_closed(exc)
+        self._owner._on_closed()  # the connection's own loss is reported by SshConnection
 
     # The shell's exit is reported before the channel closes: the channel stays open while a
     # child of the dead shell still holds its stdout, so waiting for the close could take long.
@@ -46,9 +73,8 @@ class ShellChannel:
 
     def __init__(self, host: str) -> None:
         self.host = host
-        self.closed = asyncio.Event()
+        self.closed = Flag()
         self.exited = False
-        self.close_error: Exception | None = None
         self.on_data: Callable[[bytes], None] = lambda _data: None
         self.on_closed: Callable[[], None] = lambda: None
         self._chan: asyncssh.SSHClientChannel[bytes] | None = None
@@ -56,8 +82,7 @@ class ShellChannel:
     def _on_data(self, data: bytes) -> None:
         self.on_data(data)
 
-    def _on_closed(self, exc: Exception | None) -> None:
-        self.close_error = exc
+    def _on_closed(self) -> None:
         self.closed.set()
         self.on_closed()
 

@@ -20,7 +20,7 @@ import asyncssh
 from remote_bash.errors import ConfigError, ConnectionLost, HostKeyError, KnownHostsMissing
 from remote_bash.models import Host
 
-from .channel import InputChannel, ShellChannel, ShellSession
+from .channel import Flag, InputChannel, ShellChannel, ShellSession
 from .hostkeys import Client, HostKeyCheck, default_known_hosts
 from .mapping import map_error
 from .sftp import SftpFiles
@@ -44,7 +44,7 @@ class SshConnection:
     """An open SSH connection to one host (possibly through jump hosts)."""
 
     def __init__(self, host: Host, conn: asyncssh.SSHClientConnection, hops: list[asyncssh.SSHClientConnection],
-                 check: HostKeyCheck, lost: asyncio.Event) -> None:
+                 check: HostKeyCheck, lost: Flag) -> None:
         self.host = host
         self._conn = conn
         self._hops = hops
@@ -295,7 +295,7 @@ async def connect(chain: Sequence[Host], credentials: Sequence[Credentials]) -> 
     """
     if not chain or len(chain) != len(credentials):
         raise ValueError("connect needs one Credentials per host in the chain")
-    lost = asyncio.Event()
+    lost = Flag()
     holder: list[SshConnection] = []
 
     def on_lost(exc: Exception | None) -> None:

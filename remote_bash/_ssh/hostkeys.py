@@ -8,6 +8,7 @@ only write is ``accept-new`` appending a first key under a lock.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -80,17 +81,24 @@ class HostKeyCheck:
         server presents the key that was pinned. Certificate algorithms only when a CA is listed
         for the host (a certificate can be accepted only then); every other plain algorithm last,
         so a changed key is seen and reported as changed rather than as a failed negotiation."""
-        algs: list[bytes] = []
-        for key in self.trusted:
-            algs.extend(a for a in key.sig_algorithms if a not in algs)
-        if self.authorities:
-            algs.extend(a for a in get_default_certificate_algs() if a not in algs)
-        algs.extend(a for a in get_default_public_key_algs() if a not in algs)
-        return [a.decode("ascii") for a in algs]
+        pinned = tuple(a for key in self.trusted for a in key.sig_algorithms)
+        return _algorithms(pinned, bool(self.authorities))
 
     def expectation(self) -> list[str]:
         return sorted({k.get_fingerprint("sha256") for k in self.trusted}) + sorted(
             {f"a certificate signed by CA {k.get_fingerprint('sha256')}" for k in self.authorities})
+
+
+@functools.lru_cache(maxsize=64)
+def _algorithms(pinned: tuple[bytes, ...], certificates: bool) -> list[str]:
+    # One list for every connection that pins the same kinds: asyncssh keeps it for the
+    # connection's life, and a fleet opens hundreds. Never changed by its users.
+    algs: list[bytes] = []
+    algs.extend(a for a in pinned if a not in algs)
+    if certificates:
+        algs.extend(a for a in get_default_certificate_algs() if a not in algs)
+    algs.extend(a for a in get_default_public_key_algs() if a not in algs)
+    return [a.decode("ascii") for a in algs]
 
 
 class Client(asyncssh.SSHClient):

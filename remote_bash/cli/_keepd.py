@@ -69,9 +69,9 @@ class _SocketEcho(_Echo):
 
 def _keeps_session(exc: BaseException) -> bool:
     """Whether the session is still worth keeping after a call failed with ``exc``."""
-    from remote_bash.errors import AuditError, CommandTimeout, PolicyDenied
+    from remote_bash.errors import AuditError, PolicyDenied
 
-    return isinstance(exc, PolicyDenied | AuditError | CommandTimeout)
+    return isinstance(exc, PolicyDenied | AuditError)
 
 
 class _Daemon:

@@ -138,10 +138,8 @@ class _NoApiKey(Exception):
 
 
 def _exit_code(exc: BaseException) -> int:
-    from remote_bash.errors import CommandTimeout, HostNotAllowed, PolicyDenied, RemoteBashError, SelectionError
+    from remote_bash.errors import HostNotAllowed, PolicyDenied, RemoteBashError, SelectionError
 
-    if isinstance(exc, CommandTimeout):
-        return EXIT_TIMEOUT
     if isinstance(exc, PolicyDenied):
         return EXIT_REFUSED
     if isinstance(exc, HostNotAllowed | SelectionError):

@@ -29,7 +29,7 @@ from remote_bash.inventory import Inventory
 from remote_bash.models import CommandResult, Host
 from remote_bash.policy import check_command
 from remote_bash.redact import Redactor
-from remote_bash.session import KILL_GRACE, AuditSink, CredentialSource, HostGate, RemoteBashSession, default_audit
+from remote_bash.session import KILL_GRACE, AuditSink, CredentialSource, HostCheck, RemoteBashSession, default_audit
 
 from .results import FleetProgress, FleetResult, HostResult, HostRun, Status, _first_line
 
@@ -83,14 +83,14 @@ class SessionFactory:
     """
 
     def __init__(self, inventory: Inventory, *, audit: AuditSink | Literal[False] | None = None,
-                 gate: HostGate | Literal[False] | None = None, credentials: CredentialSource | None = None,
+                 gate: HostCheck | Literal[False] | None = None, credentials: CredentialSource | None = None,
                  operator: str | None = None, redact: bool = True, kill_grace: float = KILL_GRACE) -> None:
         self.inventory = inventory
         if audit is None:
             audit = default_audit(Redactor(sorted({p for h in inventory.hosts.values() for p in h.redact})),
                                   {h.name: h.audit_key_file for h in inventory.hosts.values()})
         self.audit = audit
-        self.gate: HostGate | Literal[False] = (
+        self.gate: HostCheck | Literal[False] = (
             Gate(inventory, audit=self.audit or None) if gate is None else gate)
         self.credentials = credentials
         self.operator = operator
