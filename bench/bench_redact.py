@@ -44,6 +44,8 @@ _RULE_SAMPLES = (
     'password="hunter 2"', "passphrase: x", "client_secret=abc", "access_token: abc", "api_key=abc",
     "private_key: x", "client-key-data: LS0t", '"auth": "dXNlcjpw"', "machine h login u password p",
     "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----", "known-secret-value",
+    "MYSQL_PWD=x", "db_pass=x", "--db-password x", "curl -u a:x", "sshpass -e -p x", "mysql -u r -px",
+    "<password>x</password>", "password:\n  x", "token: |\n  x", "Authorization: token x",
 )
 """One sample per built-in rule (and a known secret): their prefixes, repeated, are the adversarial input."""
 _BACKTRACKERS = (r"(x+x+)+y", r"(x|x)*y", r"(x*)*y", r"(?:x+){1,20}y")

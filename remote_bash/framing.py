@@ -483,11 +483,15 @@ class KillNoiseFilter:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def clean_text(text: str, state: int = terminal.GROUND) -> str:
+def clean_text(text: str, state: int = terminal.GROUND, redact: Callable[[str], str] | None = None) -> str:
     """What a person would read: escape sequences, control strings and control characters
     removed (:func:`remote_bash.terminal.strip`, as read from ``state``), ``\\r`` progress lines
-    collapsed to their last state; tabs and newlines kept."""
-    return _collapse_cr(terminal.strip(text, state))
+    collapsed to their last state; tabs and newlines kept. ``redact``, if given, masks secrets
+    before the collapse, which could hide a key and show its value (``password\\r=hunter2``)."""
+    text = terminal.strip(text, state)
+    if redact is not None and "\r" in text:
+        text = redact(text)
+    return _collapse_cr(text)
 
 
 class TextCleaner:
@@ -569,15 +573,15 @@ def render_output(capture: OutputCapture, limit: int,
     Returns (text, truncated).
     """
     if capture.total <= capture.limit:
-        text = redact(clean_text(bytes(capture.head).decode("utf-8", "replace")))
+        text = redact(clean_text(bytes(capture.head).decode("utf-8", "replace"), redact=redact))
         if len(text) <= limit:
             return text, False
         half = limit // 2
         cut = len(text) - 2 * half
         return f"{text[:half]}\n[... {cut:,} characters cut ...]\n{text[-half:]}", True
-    head = (redact_head or redact)(clean_text(_decode_head(bytes(capture.head))))
+    head = (redact_head or redact)(clean_text(_decode_head(bytes(capture.head)), redact=redact))
     tail_bytes, state = capture.tail_chunks()
-    tail = clean_text(_decode_tail(tail_bytes), state)
+    tail = clean_text(_decode_tail(tail_bytes), state, redact)
     if redact_tail is not None:
         tail = redact_tail(tail)
     else:

@@ -2,16 +2,18 @@
 
 A :class:`Redactor` replaces secrets with ``[REDACTED:<kind>]`` so a reader still sees
 what kind of value stood there. It knows common formats (private keys, cloud and API
-tokens, passwords in URLs and in ``key=value`` assignments), exact secret values it is
+tokens, passwords in URLs, in ``key=value`` assignments, XML elements and YAML, and in the
+options of curl, sshpass and mysql, Authorization headers), exact secret values it is
 given, and extra regular expressions. :class:`StreamRedactor` does the same over a
 stream read in chunks, holding back just enough text that a secret split across two
 reads is still masked.
 
 Everything here is pure: no I/O, no logging, and nothing keeps the text it was shown.
 
-Apart from private key blocks, no built-in rule matches across a newline. That is what
-lets the stream cut its input at newlines and still give exactly what :meth:`Redactor.redact`
-gives for the whole text; extra patterns should keep to one line for the same reason.
+Apart from private key blocks and a YAML key whose value is on the next line, no built-in rule
+matches across a newline. That is what lets the stream cut its input at newlines (holding back a
+line that ends in a key) and still give exactly what :meth:`Redactor.redact` gives for the whole
+text; extra patterns should keep to one line for the same reason.
 """
 
 from __future__ import annotations
@@ -66,17 +68,37 @@ _WORD = rf"(?:[A-Za-z0-9_]|{_DASH})"
 # Only the value is masked; a Bearer/Basic scheme word before it is kept. A quoted value runs
 # to its closing quote, or to the end of the line when that never comes: a value cut short
 # (by the end of what was read so far) is masked to the cut, never shown in part.
-_SEP = r"""["']?[ \t]*(?:=>|:=|==|[:=])[ \t]*"""
+_BLANK = "[ \t\r\u00a0\u2000-\u200d\u2060\u3000\ufeff]"
+"""What may stand around a separator: a carriage return too (``password\\r=x`` shows ``=x`` once
+the line is collapsed, so it is masked before), and the spaces and invisible characters of Unicode."""
+_SEP = rf"""["']?{_BLANK}*(?:=>|:=|==|[:=\uff1a\uff1d]){_BLANK}*"""
+_OPEN_END = rf"[:=\uff1a\uff1d]{_BLANK}*(?:[|>][-+0-9]{{0,2}}[ \t\r]*)?"
+"""The end of a line whose value may be on the next line: a separator, maybe a YAML block scalar's header."""
+_NEXT_LINE = (
+    rf"(?:[|>][-+0-9]{{0,2}}[ \t\r]*)?\n[ \t]+(?!-----)(?![^\n]*{_OPEN_END}(?:\n|\Z))"
+    rf"(?P<v4>(?:[^\s-]++|{_DASH})++(?:[ \t]+(?:[^\s-]++|{_DASH})++)*+)"
+)
+"""A YAML value on the next, more indented line (``password:`` or a block scalar ``password: |``):
+its first line. A line that could itself be such a key (it ends in ``:``, ``=`` or a block
+scalar's header) is not taken as a value, so no match spans more than two lines. This is the one
+rule besides key blocks that reaches over a newline: the stream holds a line that ends in a
+keyword and a separator until the next line is complete."""
 _VALUE = (
-    r"""(?:(?i:bearer|basic)[ \t]+)?"""
+    rf"""(?:{_NEXT_LINE}|(?:(?i:bearer|basic)[ \t]+)?"""
     rf"""(?:"(?P<v1>(?:[^"\\\n-]+|\\[^\n]?|{_DASH})+)"?|'(?P<v2>(?:[^'\\\n-]+|\\[^\n]?|{_DASH})+)'?"""
-    rf"""|["']?(?P<v3>(?![{{\[])(?:[^\s"',;&-]+|{_DASH})+))"""
+    rf"""|["']?(?P<v3>(?![{{\[])(?:[^\s"',;&-]+|{_DASH})+)))"""
 )
 """A value never takes in the ``-----`` of a key block's BEGIN (``private_key: -----BEGIN ...``):
 the key block rule masks the block, over all its lines. The runs inside a value are matched whole
 (``[...]+``), not a character per step: nothing can fail after a value, so nothing backtracks
 into them, and a long value costs one step per run instead of one per character."""
-_ASSIGNED = ("v1", "v2", "v3")
+_ASSIGN = rf"(?:{_SEP}{_VALUE}|>(?P<v5>[^<\n]+))"
+"""A separator and a value, or the text of an XML element named by the key (``<password>x</password>``)."""
+_ASSIGNED = ("v1", "v2", "v3", "v4", "v5")
+_FLAG_VALUE = (
+    r"""(?:"(?P<v1>[^"\n]+)"?|'(?P<v2>[^'\n]+)'?|(?P<v3>[^\s"']+))"""
+)
+"""The value of a command-line option: quoted (to its closing quote or the end of the line) or bare."""
 
 
 def _token(first: str, rest: str, before: str = "A-Za-z0-9") -> str:
@@ -90,6 +112,14 @@ def _token(first: str, rest: str, before: str = "A-Za-z0-9") -> str:
 
 def _has_digit(text: str) -> bool:
     return any(c.isdigit() for c in text)
+
+
+_IDS = re.compile(r"""(?:^|[\s=u'"])[0-9]+:[0-9]+['"]?\Z""")
+
+
+def _not_ids(text: str) -> bool:
+    """False for ``-u 1000:1000``: a user and group id, not a user and password."""
+    return _IDS.search(text) is None
 
 
 def _either_case(first: str, rest: str) -> tuple[str, str]:
@@ -143,6 +173,20 @@ _RULES: tuple[_Rule, ...] = (
         _either_case("z", "(?<=(?i:authoriz))"),
         ("v1",),
     ),
+    # Any other Authorization header: the credential after its scheme word, whatever it is.
+    _Rule(
+        "bearer-token",
+        r"""[Aa](?i:uthorization)["']?[ \t]*[:=][ \t]*["']?(?i:bearer)[ \t]+(?P<v1>[^\s"']+)""",
+        _either_case("z", "(?<=(?i:authoriz))"),
+        ("v1",),
+    ),
+    _Rule(
+        "authorization",
+        r"""[Aa](?i:uthorization)["']?[ \t]*[:=][ \t]*["']?(?!(?i:basic|bearer)[ \t])"""
+        r"""(?:[A-Za-z][A-Za-z0-9._-]{0,30}[ \t]+)?(?P<v1>[^\s"']+)""",
+        _either_case("z", "(?<=(?i:authoriz))"),
+        ("v1",),
+    ),
     # scheme://user:PASSWORD@host: the password runs to the last @ before the path.
     _Rule("url-password", r"""://[^\s:/?#@"'<>]*:(?P<v1>[^\s/?#"'<>]+)(?=@)""", ("@",), ("v1",)),
     # Key/value forms of config files and API answers: a key ending in the keyword, then a
@@ -151,16 +195,58 @@ _RULES: tuple[_Rule, ...] = (
     # JSON ("SecretAccessKey": "..." from aws sts, "private_key": "..." of a service account).
     _Rule(
         "aws-secret-access-key",
-        rf"[Ss](?<!/[Ss])(?i:ecret_?access_?key){_SEP}{_VALUE}",
+        rf"[Ss](?<!/[Ss])(?i:ecret_?access_?key){_ASSIGN}",
         _either_case("c", "(?<=(?i:sec))(?i:ret)"),
         _ASSIGNED,
     ),
-    # A key ending in the keyword; "/etc/passwd: No such file" is a path, not an assignment.
+    # A key with the keyword in it (DB_PASSWORD, MY_PASSWD_ROOT, pass, MYSQL_PWD, SSHPASS);
+    # "/etc/passwd: No such file" is a path, not an assignment; PWD=/home/u is the working directory.
     _Rule(
         "password",
-        rf"[Pp](?<!/[Pp])(?i:ass(?:word|wd|phrase)){_SEP}{_VALUE}",
-        (*_either_case("w", "(?<=(?i:passw))"), *_either_case("h", "(?<=(?i:passph))(?i:rase)")),
+        r"(?:[Pp](?<!/[Pp])(?i:ass(?:word|wd|phrase))|[Pp](?<![A-Za-z0-9/][Pp])(?i:ass)"
+        r"|[Ss](?<![A-Za-z0-9][Ss])(?i:shpass))(?:_[A-Za-z0-9_]*+)?" + _ASSIGN,
+        (*_either_case("w", "(?<=(?i:passw))"), *_either_case("h", "(?<=(?i:passph))(?i:rase)"),
+         # "pass" alone only before a non-word character: "PASSED" in test logs is no key.
+         *_either_case("s", "(?<=(?i:pass))(?![A-Za-z0-9])")),
         _ASSIGNED,
+    ),
+    _Rule(
+        "password",
+        rf"""[Pp](?<![A-Za-z0-9/][Pp])(?i:wd)(?:_[A-Za-z0-9_]*+)?(?:{_SEP}(?!["']?/){_VALUE}|>(?P<v5>[^<\n]+))""",
+        _either_case("w", "(?<=(?i:pw))(?i:d)(?![A-Za-z0-9])"),
+        _ASSIGNED,
+    ),
+    # Options that take a password: --password x, --db-pass 'x' (a value of its own, after a space).
+    _Rule(
+        "password",
+        rf"-(?<![A-Za-z0-9-]-)-(?:[A-Za-z0-9]+-)*+(?i:pass(?:word|wd|phrase)?|pwd)[ \t]+(?!-){_FLAG_VALUE}",
+        (r"-(?<=--)(?:[A-Za-z0-9-]*)(?i:pass|pwd)",),
+        ("v1", "v2", "v3"),
+    ),
+    # curl -u user:password, --user, --proxy-user (a uid:gid of digits, as for docker -u, stays).
+    _Rule(
+        "password",
+        r"-(?<![A-Za-z0-9-]-)(?:u[ \t]*|-(?:proxy-)?user(?:[ \t]+|=))"
+        r"""(?:"[^"\n:]*:(?P<v1>[^"\n]+)"?|'[^'\n:]*:(?P<v2>[^'\n]+)'?|(?![-"'])[^\s:"']*:(?P<v3>[^\s"']+))""",
+        (r"-(?:u|-(?:proxy-)?user)",),
+        ("v1", "v2", "v3"),
+        check=_not_ids,
+    ),
+    # sshpass -p PASSWORD, after its other options.
+    _Rule(
+        "password",
+        r"s(?<![A-Za-z0-9_]s)shpass(?:[ \t]+-[a-oq-zA-Z-][^\s]*+(?:[ \t]+[^\s-][^\s]*+)?)*+[ \t]+-p[ \t]*"
+        + _FLAG_VALUE,
+        (r"h(?<=ssh)pass",),
+        ("v1", "v2", "v3"),
+    ),
+    # mysql -pPASSWORD (and mysqldump, mysqladmin, mariadb ...): the value is attached to -p.
+    _Rule(
+        "password",
+        r"m(?<![A-Za-z0-9_]m)(?:ysql[a-z]*|ariadb(?:-[a-z]+)?)"
+        r"(?:[ \t]+(?!mysql|mariadb)(?:[^\s-]|-[^\sp])[^\s]*+)*+[ \t]+-p" + _FLAG_VALUE,
+        (r"q(?<=mys)l", r"b(?<=mariadb)"),
+        ("v1", "v2", "v3"),
     ),
     # .netrc: "machine h login u password p" on one line, or "password p" alone on its line.
     _Rule(
@@ -172,14 +258,14 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "secret",
-        rf"[Ss](?<!/[Ss])(?i:ecret(?:[_-]?key)?){_SEP}{_VALUE}",
+        rf"[Ss](?<!/[Ss])(?i:ecret(?:[_-]?key)?){_ASSIGN}",
         _either_case("c", "(?<=(?i:sec))(?i:ret)"),
         _ASSIGNED,
     ),
     # "private_key": "..." (JSON service accounts) and kubeconfig's client-key-data.
     _Rule(
         "private-key",
-        rf"(?:[Pp](?<!/[Pp])(?i:rivate[_-]?key)|[Kk](?<![A-Za-z0-9][Kk])(?i:ey[_-]data)){_SEP}{_VALUE}",
+        rf"(?:[Pp](?<!/[Pp])(?i:rivate[_-]?key)|[Kk](?<![A-Za-z0-9][Kk])(?i:ey[_-]data)){_ASSIGN}",
         (*_either_case("v", "(?<=(?i:priv))(?i:ate)"), *_either_case("d", "(?<=(?i:key[_-]d))(?i:ata)")),
         _ASSIGNED,
     ),
@@ -192,13 +278,13 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "token",
-        rf"[Tt](?<!/[Tt])(?i:oken){_SEP}{_VALUE}",
+        rf"[Tt](?<!/[Tt])(?i:oken){_ASSIGN}",
         _either_case("k", "(?<=(?i:tok))(?i:en)"),
         _ASSIGNED,
     ),
     _Rule(
         "api-key",
-        rf"[Aa](?<!/[Aa])(?i:pi[_-]?key){_SEP}{_VALUE}",
+        rf"[Aa](?<!/[Aa])(?i:pi[_-]?key){_ASSIGN}",
         _either_case("k", "(?:(?<=(?i:api[_-]k))|(?<=(?i:apik)))(?i:ey)"),
         _ASSIGNED,
     ),
@@ -206,6 +292,10 @@ _RULES: tuple[_Rule, ...] = (
 _PEM_GROUP = "r0"
 """The marker group of the private key rule, which stays first in the combined expression."""
 
+_OPEN_LINE = re.compile(rf"{_OPEN_END}\n\Z")
+"""A line ending in a separator (or a YAML block scalar's header): its value may be on the next line."""
+_MAYBE_OPEN = re.compile(rf"(?:[:=\uff1a\uff1d|>][-+0-9]{{0,2}}|\A[-+0-9]{{0,2}}){_BLANK}*\Z")
+"""What the cut end of such a line can look like (``: |``, `` |``, ``-``, nothing at all)."""
 _BEGIN_RE = re.compile(_PEM_BEGIN)
 _END_RE = re.compile(_PEM_END)
 _ORPHAN_KEY_END = re.compile(rf"\A(?:[^-]|-(?!----BEGIN))*{_PEM_END}")
@@ -303,6 +393,14 @@ class Redactor:
         if newline < 0:
             return ""
         first, text = text[:newline], text[newline + 1 :]
+        if text[:1] in (" ", "\t") and _MAYBE_OPEN.search(first):
+            # The dropped line may end in a key whose value is this line: drop it too (unless
+            # it cannot be a value, being a key of that kind itself).
+            second = text.find("\n")
+            if second < 0:
+                return ""
+            if not _OPEN_LINE.search(text, 0, second + 1):
+                first, text = f"{first}\n{text[:second]}", text[second + 1 :]
         marker = first.rstrip("\r")
         if ("PRIVATE KEY" in marker or _MARKER_TAIL.fullmatch(marker)) and not _CLOSED_LINE.search(marker):
             # The dropped line opened a key block (or was the end of a marker line: no telling
@@ -337,6 +435,9 @@ class Redactor:
         while (hit := self._trigger.search(text, done)) is not None:
             start = text.rfind("\n", 0, hit.start()) + 1
             end = text.find("\n", hit.start()) + 1 or len(text)
+            while end < len(text) and _OPEN_LINE.search(text, max(start, end - _OPEN_NEAR), end):
+                # A key whose value may be on the next line: take that line too.
+                end = text.find("\n", end) + 1 or len(text)
             if self._whole_text or text.find("-----BEGIN", start, end) >= 0:
                 # A key block runs over many lines: take the rest of the text in one go.
                 end = len(text)
@@ -437,6 +538,10 @@ _DROP_QUOTED = {
 """The rest of a quoted value: up to its closing quote or the end of the line."""
 _DROP_BARE = re.compile(r"""[^\s"'<>]*""")
 """The rest of a token, a bare value or a URL's user and password: up to a space or a quote."""
+_DROP_TO = {"v4": re.compile(r"[^\n]*"), "v5": re.compile(r"[^<\n]*")}
+"""The rest of a value on the line after its key (to the end of the line) or of an XML element's text."""
+_OPEN_NEAR = 128
+"""How far back from a line's end :meth:`StreamRedactor._open_line` looks for a keyword and separator."""
 _URL_OPEN = re.compile(r"""://[^\s/?#"'<>]*\Z""")
 """A URL whose user part (and maybe password) runs to the end: its ``@`` may still come."""
 
@@ -512,15 +617,20 @@ class StreamRedactor:
     def _release(self) -> str:
         buf = self._buf
         cut = buf.rfind("\n") + 1
+        # A last complete line that ends in a keyword and a separator stays with the line after
+        # it, which may hold its value.
+        start = self._open_line(buf, cut)
         if len(buf) - cut > self._max_line and len(buf) >= self._retry_at:
-            line_cut = self._line_cut(buf, cut)
+            line_cut = self._line_cut(buf, start)
             # With no place to cut, look again only once the line has grown a little more.
-            self._retry_at = len(buf) + _RETRY if line_cut == cut else 0
+            self._retry_at = len(buf) + _RETRY if line_cut == start else 0
             cut = line_cut
-        elif cut and self._redactor._whole_text:
-            # A known secret that spans lines may start on the lines about to go out: hold it.
-            head = self._literal_head(buf, cut)
-            cut = cut if head < 0 else head
+        else:
+            cut = start
+            if cut and self._redactor._whole_text:
+                # A known secret that spans lines may start on the lines about to go out: hold it.
+                head = self._literal_head(buf, cut)
+                cut = cut if head < 0 else head
         if self._mode is _Mode.DROP_VALUE:
             # _line_cut found a secret running past the hard bound: out goes the text before it
             # and its mask, and the rest of it is dropped as it arrives.
@@ -545,6 +655,18 @@ class StreamRedactor:
         self._mode = _Mode.HOLD
         self._searched = len(self._buf)
         return out + self._check_pem_bound()
+
+    def _open_line(self, buf: str, cut: int) -> int:
+        """The start of the line that ends at ``cut`` if its value may be on the next line, else ``cut``."""
+        if cut == 0:
+            return 0
+        start = buf.rfind("\n", 0, cut - 1) + 1
+        # The separator and the keyword are at the line's end: look only there, so a long held
+        # line is not read again at every chunk.
+        near = max(start, cut - _OPEN_NEAR)
+        if _OPEN_LINE.search(buf, near, cut) and self._redactor._trigger.search(buf, near, cut):
+            return start
+        return cut
 
     def _line_cut(self, buf: str, start: int) -> int:
         """Where to cut the over-long line that starts at ``start``: after its last safe boundary
@@ -602,11 +724,15 @@ class StreamRedactor:
             name = match.lastgroup
             assert name is not None
             kind = self._redactor._rules[int(name[1:])].kind
-            for value in ("v1", "v2", "v3"):
+            for value in _ASSIGNED:
                 group = f"{name}{value}"
                 if group in combined.groupindex and match.start(group) >= 0:
                     at = match.start(group)
-                    drop = _DROP_QUOTED[buf[at - 1]] if value != "v3" and buf[at - 1] in _DROP_QUOTED else _DROP_BARE
+                    if value in _DROP_TO:
+                        drop = _DROP_TO[value]
+                    else:
+                        quoted = value != "v3" and buf[at - 1] in _DROP_QUOTED
+                        drop = _DROP_QUOTED[buf[at - 1]] if quoted else _DROP_BARE
                     return _Open(match.start(), at, kind, drop)
             return _Open(match.start(), match.start(), kind, _DROP_BARE)
         return None

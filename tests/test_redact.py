@@ -105,6 +105,43 @@ CASES = [
      "[REDACTED:slack-token][REDACTED:private-key]"),
     # A quoted value that never closes is masked to the end of its line.
     ('password="abc def\nnext', 'password="[REDACTED:password]\nnext'),
+    # Forms an outside attack got through: env-style *_PWD and *PASSWD*, short keys, CLI flags,
+    # XML elements, YAML values on the next line, any Authorization scheme.
+    ("MYSQL_PWD=hunter2 mysql", "MYSQL_PWD=[REDACTED:password] mysql"),
+    ("export MYSQL_PWD='hunter 2'", "export MYSQL_PWD='[REDACTED:password]'"),
+    ("Server=db;Uid=app;Pwd=hunter2;", "Server=db;Uid=app;Pwd=[REDACTED:password];"),
+    ("pwd=hunter2", "pwd=[REDACTED:password]"),
+    ("MY_PASSWD_ROOT=hunter2", "MY_PASSWD_ROOT=[REDACTED:password]"),
+    ("DB_PASSWORD_PROD: hunter2", "DB_PASSWORD_PROD: [REDACTED:password]"),
+    ("pass=hunter2 db_pass=hunter2", "pass=[REDACTED:password] db_pass=[REDACTED:password]"),
+    ("SSHPASS=hunter2 sshpass -e ssh h", "SSHPASS=[REDACTED:password] sshpass -e ssh h"),
+    ("PGPASSWORD=hunter2 psql", "PGPASSWORD=[REDACTED:password] psql"),
+    ("curl -u admin:hunter2 https://h", "curl -u admin:[REDACTED:password] https://h"),
+    ("curl -uadmin:hunter2 https://h", "curl -uadmin:[REDACTED:password] https://h"),
+    ("curl --user admin:hunter2 h", "curl --user admin:[REDACTED:password] h"),
+    ("curl --user=admin:hunter2 h", "curl --user=admin:[REDACTED:password] h"),
+    ("curl -u 'admin:hunter 2' h", "curl -u 'admin:[REDACTED:password]' h"),
+    ("curl --proxy-user p:hunter2 h", "curl --proxy-user p:[REDACTED:password] h"),
+    ("sshpass -p hunter2 ssh h", "sshpass -p [REDACTED:password] ssh h"),
+    ("sshpass -phunter2 ssh h", "sshpass -p[REDACTED:password] ssh h"),
+    ("sshpass -P assword -p 'hunter 2' ssh h", "sshpass -P assword -p '[REDACTED:password]' ssh h"),
+    ("mysql -u root -phunter2 db", "mysql -u root -p[REDACTED:password] db"),
+    ("mysqldump --host h -p'hunter 2' db", "mysqldump --host h -p'[REDACTED:password]' db"),
+    ("mysql --password hunter2 db", "mysql --password [REDACTED:password] db"),
+    ("mariadb -phunter2", "mariadb -p[REDACTED:password]"),
+    ("<password>hunter2</password>", "<password>[REDACTED:password]</password>"),
+    ("<db:Password>hunter 2</db:Password>", "<db:Password>[REDACTED:password]</db:Password>"),
+    ("<secret>hunter2</secret><token>abc</token>", "<secret>[REDACTED:secret]</secret><token>[REDACTED:token]</token>"),
+    ("password:\n  hunter2\nnext: 1", "password:\n  [REDACTED:password]\nnext: 1"),
+    ("db:\n  password: |\n    hunter2\n", "db:\n  password: |\n    [REDACTED:password]\n"),
+    ("token: >-\r\n  abc\r\n", "token: >-\r\n  [REDACTED:token]\r\n"),
+    ("password\r=hunter2", "password\r=[REDACTED:password]"),
+    ("password=\rhunter2", "password=\r[REDACTED:password]"),
+    ("authorization: token hunter2", "authorization: token [REDACTED:authorization]"),
+    ("Authorization: Bearer abcdefgh", "Authorization: Bearer [REDACTED:bearer-token]"),
+    ('-H "Authorization: Digest hunter2"', '-H "Authorization: Digest [REDACTED:authorization]"'),
+    ("https://admin:hunter2@example.com/x", "https://admin:[REDACTED:url-password]@example.com/x"),
+    ("--db-password hunter2 --token=abc", "--db-password [REDACTED:password] --token=[REDACTED:token]"),
 ]
 
 CLEAN = [
@@ -126,6 +163,13 @@ CLEAN = [
     "passwords do not match",
     "sk-" * 50,
     "eyJ-" * 50,
+    "PWD=/home/user OLDPWD=/tmp",
+    "docker run -u 1000:1000 image; docker exec -u 0:0 c id",
+    "mkdir -p /srv/app; ssh -p 2222 host; cp -p a b",
+    "bypass=true compass=north",
+    "password:\n  production:\n    x: 1",
+    "cat: password.txt: No such file or directory",
+    "</password>",
 ]
 
 
@@ -223,6 +267,11 @@ SECRET_FRAGMENTS = [
     "client_secret=abc",
     "token: xyz",
     "aws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "MYSQL_PWD=pw0rd9",
+    "curl -u admin:pw0rd9",
+    "<password>pw0rd9</password>",
+    "password:\n  pw0rd9",
+    "token: |\n    pw0rd9",
     pem("RSA PRIVATE KEY"),
     pem("PGP PRIVATE KEY BLOCK", "abc\n"),
     "-----BEGIN EC PRIVATE KEY-----\n",
@@ -256,6 +305,9 @@ NOISE_FRAGMENTS = [
     "é",
     "日本",
     "\r\n",
+    "\r",
+    ":\n  ",
+    "  ",
     "A",
     "k",
     "Y",
@@ -286,6 +338,8 @@ def test_precheck_never_changes_the_result(text: str) -> None:
 )
 def test_a_secret_between_spaces_never_survives(before: str, secret: str, after: str) -> None:
     assume(secret not in before and secret not in after)
+    # A YAML value line that ends in a separator is read as a nested key, not as the value.
+    assume("\n" not in secret or not re.match(r"[^\n]*[:=]", after))
     text = f"{before} {secret} {after}"
     assert secret not in REDACTOR.redact(text)
 
@@ -473,7 +527,9 @@ def test_patterns_use_re2_syntax() -> None:
 # -- adversarial input: properties (speed is measured in bench/bench_redact.py) ------------------------
 
 ADVERSARIAL = ["sk-", "sk-ant-", "eyJ", "eyJ-", "AKIA", "ghp_", "xoxb-", "Bearer ", "password=", 'password="',
-               "://a:", "@", "-----BEGIN RSA PRIVATE KEY-----", "login u ", "\"auth\": \"", "x"]
+               "://a:", "@", "-----BEGIN RSA PRIVATE KEY-----", "login u ", "\"auth\": \"", "x",
+               "MYSQL_PWD=", "pass_", "--db-", "--password ", "-u a:", "-u", "sshpass -e", "mysql -u", "mysql",
+               "<password>", "password:\n  ", "token: |\n", "Authorization: token ", "password\r="]
 
 
 @settings(max_examples=60, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -504,6 +560,9 @@ def test_a_head_is_the_start_of_the_whole_redaction(text: str, data: st.DataObje
 @given(texts, st.data())
 def test_a_tail_never_shows_a_secret_the_whole_redaction_masks(text: str, data: st.DataObject) -> None:
     cut = data.draw(st.integers(0, len(text)))
+    # Known and documented: a key block whose BEGIN line is cut away whole and whose END never
+    # comes shows its last lines in the tail.
+    assume(not (text[:cut].rstrip("\r").endswith("KEY-----") and "-----END" not in text[cut:]))
     tail = REDACTOR.redact_tail(text[cut:])
     whole = REDACTOR.redact(text)
     if "-----" not in text:
@@ -520,7 +579,7 @@ SECRET_VALUES = [
     "AKIAIOSFODNN7EXAMPLE", GITHUB, "xoxb-123456789012-abcdefABCDEF", "sk-ant-api03-abcdefghijklmnopqrstu1",
     "sk-proj-abc123def456ghi789jkl012", "AIzaSyD-1234567890abcdefghijklmnopqrstu", "sk_live_51Habcdefghij", JWT,
     "abc123def456", "dXNlcjpwYXNz", "hunter2", "s3cr3t value", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
-    "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun", "corp-123456",
+    "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun", "pw0rd9", "corp-123456",
 ]
 """The secret parts of SECRET_FRAGMENTS: what must never show, in whole or in part."""
 

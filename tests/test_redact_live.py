@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from remote_bash.fleet import FleetPool
+from remote_bash.inventory import Inventory
 from remote_bash.models import Host
+from remote_bash.redact import Redactor
 from remote_bash.session import RemoteBashSession
 
 from .messages_server import MessagesServer, Reply, text, tool_use
@@ -95,6 +98,40 @@ async def test_a_quoted_secret_in_a_line_longer_than_any_bound_never_shows(redac
     assert len(chunks) > 2  # it did come in pieces
 
 
+async def test_a_carriage_return_cannot_hide_the_key_of_a_shown_value(redact_host: Host) -> None:
+    # Collapsing "password\\r=x" to its last state would show "=x" with no key left to find.
+    async with RemoteBashSession(redact_host) as session:
+        result = await session.run(f"printf 'password\\r={PASSWORD}\\nMYSQL_PWD=\\r{PASSWORD}\\n'", timeout=30)
+    assert result.output == "=[REDACTED:password]\n[REDACTED:password]\n"
+
+
+async def test_a_yaml_value_on_the_next_line_is_masked_when_it_comes_in_a_later_read(redact_host: Host) -> None:
+    chunks: list[str] = []
+    command = f"printf 'db:\\n  password:\\n'; sleep 0.3; printf '    {PASSWORD[:5]}'; sleep 0.3; " \
+              f"printf '{PASSWORD[5:]}\\n  user: app\\n'"
+    async with RemoteBashSession(redact_host) as session:
+        result = await session.run(command, timeout=30, on_output=chunks.append)
+    assert "".join(chunks) == result.output == "db:\n  password:\n    [REDACTED:password]\n  user: app\n"
+    assert len(chunks) >= 2
+
+
+async def test_a_fleet_command_is_masked_with_each_hosts_known_secrets(redact_host: Host) -> None:
+    # The secrets a host's session knows (its keyring password, say) mask the command the fleet
+    # result shows and stores, as they mask that host's own audit records.
+    b = redact_host.model_copy(update={"name": "redact-k"})
+    inventory = Inventory(hosts={redact_host.name: redact_host, b.name: b}, groups={})
+    known = {redact_host.name: "k3yring-a-secret", b.name: "k3yring-b-secret"}
+
+    def factory(host: Host) -> RemoteBashSession:
+        return RemoteBashSession(host, audit=False, redactor=Redactor(host.redact, [known[host.name]]))
+
+    command = "echo k3yring-a-secret k3yring-b-secret"
+    async with FleetPool(inventory, session_factory=factory) as pool:
+        result = await pool.run([redact_host, b], command)
+    assert result.command == "echo [REDACTED:known-secret] [REDACTED:known-secret]"
+    assert [r.status for r in result.results] == ["ok", "ok"]
+
+
 # -- the command text, through the CLI ---------------------------------------------------------------
 
 
@@ -126,15 +163,15 @@ def test_exec_masks_the_command_in_json_and_the_audit_log_and_streams_masked(env
 
 def test_fleet_masks_the_command_in_json_output_dir_and_recap(env: dict[str, str], tmp_path: Path) -> None:
     outdir = tmp_path / "out"
-    command = f"mysql --password={PASSWORD} -e 'select 1' 2>/dev/null; echo ran; : corp-654321"
+    command = f"mysql -u root -p{PASSWORD} -e 'select 1' 2>/dev/null; echo ran; : corp-654321"
     out = cli(env, "fleet", "exec", "redact-a,redact-b", "--json", "--output-dir", str(outdir), "--", command)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
-    assert result["command"] == "mysql --password=[REDACTED:password] -e 'select 1' 2>/dev/null; " \
+    assert result["command"] == "mysql -u root -p[REDACTED:password] -e 'select 1' 2>/dev/null; " \
                                 "echo ran; : [REDACTED:custom]"
     files = {p.name: p.read_text() for p in outdir.iterdir()}
     assert sorted(files) == ["redact-a.txt", "redact-b.txt"]
-    assert "# command: mysql --password=[REDACTED:password]" in files["redact-a.txt"]
+    assert "# command: mysql -u root -p[REDACTED:password]" in files["redact-a.txt"]
     recap = cli(env, "fleet", "exec", "redact-a,redact-b", "--", command)
     for shown in (out.stdout, recap.stdout, recap.stderr, *files.values()):
         assert PASSWORD not in shown

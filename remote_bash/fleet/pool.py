@@ -301,6 +301,7 @@ class FleetPool:
         progress = _Progress(len(selected), on_progress)
         results: list[HostResult | None] = [None] * len(selected)
         stop = asyncio.Event()
+        maskers: list[Callable[[str], str]] = []
 
         async def one(index: int, host: Host) -> None:
             result: HostResult | None = None
@@ -315,6 +316,8 @@ class FleetPool:
             elif fail_fast and not result.ok:
                 stop.set()
             results[index] = result
+            if (session := self._sessions.get(host.name)) is not None:
+                maskers.append(session.redact)  # its keyring secrets too
             progress.end(result, ran=result.status != "skipped")
             if not keep_open:
                 await self.discard(host)
@@ -324,8 +327,10 @@ class FleetPool:
                 tasks.create_task(one(index, host))
         done = [r for r in results if r is not None]
         # The command as shown and stored (--json, --output-dir headers): masked with the built-in
-        # formats and every selected host's patterns.
+        # formats, every selected host's patterns and what each host's session masks.
         shown = Redactor(sorted({p for h in selected for p in h.redact})).redact(command)
+        for masker in maskers:
+            shown = masker(shown)
         return FleetResult(command=shown, pattern=pattern, results=done,
                            duration=time.monotonic() - progress.started)
 
