@@ -99,6 +99,13 @@ _FLAG_VALUE = (
     r"""(?:"(?P<v1>[^"\n]+)"?|'(?P<v2>[^'\n]+)'?|(?P<v3>[^\s"']+))"""
 )
 """The value of a command-line option: quoted (to its closing quote or the end of the line) or bare."""
+_KEY_TAIL = "(?:_[A-Za-z0-9_]{0,64}+)?"
+"""More of an identifier after a keyword (``DB_PASSWORD_PROD``): bounded, so a run of ``pass_pass_...``
+is not read again from each of its keywords."""
+_NOT_SSHPASS = r"(?:[^\ss]++|s(?!shpass))*+"
+_NOT_MYSQL = r"(?:[^\sm]++|m(?!ysql|ariadb))*+"
+"""The rest of a word on a command line, up to where another match of the same rule could start:
+a line of ``mysql -mysql -mysql ...`` is read once, not once from each."""
 
 
 def _token(first: str, rest: str, before: str = "A-Za-z0-9") -> str:
@@ -204,7 +211,7 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(
         "password",
         r"(?:[Pp](?<!/[Pp])(?i:ass(?:word|wd|phrase))|[Pp](?<![A-Za-z0-9/][Pp])(?i:ass)"
-        r"|[Ss](?<![A-Za-z0-9][Ss])(?i:shpass))(?:_[A-Za-z0-9_]*+)?" + _ASSIGN,
+        r"|[Ss](?<![A-Za-z0-9][Ss])(?i:shpass))" + _KEY_TAIL + _ASSIGN,
         (*_either_case("w", "(?<=(?i:passw))"), *_either_case("h", "(?<=(?i:passph))(?i:rase)"),
          # "pass" alone only before a non-word character: "PASSED" in test logs is no key.
          *_either_case("s", "(?<=(?i:pass))(?![A-Za-z0-9])")),
@@ -212,7 +219,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "password",
-        rf"""[Pp](?<![A-Za-z0-9/][Pp])(?i:wd)(?:_[A-Za-z0-9_]*+)?(?:{_SEP}(?!["']?/){_VALUE}|>(?P<v5>[^<\n]+))""",
+        rf"""[Pp](?<![A-Za-z0-9/][Pp])(?i:wd){_KEY_TAIL}(?:{_SEP}(?!["']?/){_VALUE}|>(?P<v5>[^<\n]+))""",
         _either_case("w", "(?<=(?i:pw))(?i:d)(?![A-Za-z0-9])"),
         _ASSIGNED,
     ),
@@ -220,14 +227,14 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(
         "password",
         rf"-(?<![A-Za-z0-9-]-)-(?:[A-Za-z0-9]+-)*+(?i:pass(?:word|wd|phrase)?|pwd)[ \t]+(?!-){_FLAG_VALUE}",
-        (r"-(?<=--)(?:[A-Za-z0-9-]*)(?i:pass|pwd)",),
+        (r"-(?<=--)(?:[A-Za-z0-9]+-)*+(?i:pass|pwd)",),
         ("v1", "v2", "v3"),
     ),
     # curl -u user:password, --user, --proxy-user (a uid:gid of digits, as for docker -u, stays).
     _Rule(
         "password",
         r"-(?<![A-Za-z0-9-]-)(?:u[ \t]*|-(?:proxy-)?user(?:[ \t]+|=))"
-        r"""(?:"[^"\n:]*:(?P<v1>[^"\n]+)"?|'[^'\n:]*:(?P<v2>[^'\n]+)'?|(?![-"'])[^\s:"']*:(?P<v3>[^\s"']+))""",
+        r"""(?:"[^"\n:]*:(?P<v1>[^"\n]+)"?|'[^'\n:]*:(?P<v2>[^'\n]+)'?|(?![-"'])[^\s:"']{0,128}+:(?P<v3>[^\s"']+))""",
         (r"-(?:u|-(?:proxy-)?user)",),
         ("v1", "v2", "v3"),
         check=_not_ids,
@@ -235,8 +242,8 @@ _RULES: tuple[_Rule, ...] = (
     # sshpass -p PASSWORD, after its other options.
     _Rule(
         "password",
-        r"s(?<![A-Za-z0-9_]s)shpass(?:[ \t]+-[a-oq-zA-Z-][^\s]*+(?:[ \t]+[^\s-][^\s]*+)?)*+[ \t]+-p[ \t]*"
-        + _FLAG_VALUE,
+        rf"s(?<![A-Za-z0-9_]s)shpass(?:[ \t]+-(?!sshpass)[a-oq-zA-Z-]{_NOT_SSHPASS}"
+        rf"(?:[ \t]+(?!sshpass)[^\s-]{_NOT_SSHPASS})?)*+[ \t]+-p[ \t]*{_FLAG_VALUE}",
         (r"h(?<=ssh)pass",),
         ("v1", "v2", "v3"),
     ),
@@ -244,8 +251,8 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(
         "password",
         r"m(?<![A-Za-z0-9_]m)(?:ysql[a-z]*|ariadb(?:-[a-z]+)?)"
-        r"(?:[ \t]+(?!mysql|mariadb)(?:[^\s-]|-[^\sp])[^\s]*+)*+[ \t]+-p" + _FLAG_VALUE,
-        (r"q(?<=mys)l", r"b(?<=mariadb)"),
+        rf"(?:[ \t]+(?!mysql|mariadb)(?:[^\s-]|-(?!mysql|mariadb)[^\sp]){_NOT_MYSQL})*+[ \t]+-p{_FLAG_VALUE}",
+        (r"q(?<=mysq)l", r"b(?<=mariadb)"),
         ("v1", "v2", "v3"),
     ),
     # .netrc: "machine h login u password p" on one line, or "password p" alone on its line.

@@ -137,11 +137,14 @@ CASES = [
     ("token: >-\r\n  abc\r\n", "token: >-\r\n  [REDACTED:token]\r\n"),
     ("password\r=hunter2", "password\r=[REDACTED:password]"),
     ("password=\rhunter2", "password=\r[REDACTED:password]"),
+    ("password\u00a0= hunter2 token\u200b=abc", "password\u00a0= [REDACTED:password] token\u200b=[REDACTED:token]"),
     ("authorization: token hunter2", "authorization: token [REDACTED:authorization]"),
     ("Authorization: Bearer abcdefgh", "Authorization: Bearer [REDACTED:bearer-token]"),
     ('-H "Authorization: Digest hunter2"', '-H "Authorization: Digest [REDACTED:authorization]"'),
     ("https://admin:hunter2@example.com/x", "https://admin:[REDACTED:url-password]@example.com/x"),
     ("--db-password hunter2 --token=abc", "--db-password [REDACTED:password] --token=[REDACTED:token]"),
+    # Masking errs towards hiding: these may mean something else.
+    ("sort -u a:b pass: 3", "sort -u a:[REDACTED:password] pass: [REDACTED:password]"),
 ]
 
 CLEAN = [
