@@ -206,11 +206,12 @@ _RULES: tuple[_Rule, ...] = (
         _either_case("c", "(?<=(?i:sec))(?i:ret)"),
         _ASSIGNED,
     ),
-    # A key with the keyword in it (DB_PASSWORD, MY_PASSWD_ROOT, pass, MYSQL_PWD, SSHPASS);
+    # A key with the keyword in it (DB_PASSWORD, MY_PASSWD_ROOT, pass, MYSQL_PWD, SSHPASS), but not
+    # the "PASS: name" of test harnesses (automake, go test's "--- PASS:");
     # "/etc/passwd: No such file" is a path, not an assignment; PWD=/home/u is the working directory.
     _Rule(
         "password",
-        r"(?:[Pp](?<!/[Pp])(?i:ass(?:word|wd|phrase))|[Pp](?<![A-Za-z0-9/][Pp])(?i:ass)"
+        r"(?:[Pp](?<!/[Pp])(?i:ass(?:word|wd|phrase))|[Pp](?<![A-Za-z0-9/][Pp])(?!(?<![^\s-]P)ASS:)(?i:ass)"
         r"|[Ss](?<![A-Za-z0-9][Ss])(?i:shpass))" + _KEY_TAIL + _ASSIGN,
         (*_either_case("w", "(?<=(?i:passw))"), *_either_case("h", "(?<=(?i:passph))(?i:rase)"),
          # "pass" alone only before a non-word character: "PASSED" in test logs is no key.

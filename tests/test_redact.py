@@ -145,6 +145,7 @@ CASES = [
     ("--db-password hunter2 --token=abc", "--db-password [REDACTED:password] --token=[REDACTED:token]"),
     # Masking errs towards hiding: these may mean something else.
     ("sort -u a:b pass: 3", "sort -u a:[REDACTED:password] pass: [REDACTED:password]"),
+    ("DB_PASS: hunter2 PASS=hunter2", "DB_PASS: [REDACTED:password] PASS=[REDACTED:password]"),
 ]
 
 CLEAN = [
@@ -170,6 +171,7 @@ CLEAN = [
     "docker run -u 1000:1000 image; docker exec -u 0:0 c id",
     "mkdir -p /srv/app; ssh -p 2222 host; cp -p a b",
     "bypass=true compass=north",
+    "--- PASS: TestLogin (0.00s)\nPASS: tests/unit-1\n",
     "password:\n  production:\n    x: 1",
     "cat: password.txt: No such file or directory",
     "</password>",
