@@ -1,0 +1,282 @@
+"""The built-in rules of secret masking: one regular expression per form, and the cheap triggers
+that find the lines worth running them on.
+
+Each rule's expression must stay linear on any input: a rule that can fail never rescans what it
+read (runs are matched whole, possessively where a later part can fail), conditions that would
+need a far lookahead are checked after the match, and a word stops where another match of the same
+rule could start. ``bench/bench_redact.py`` repeats every sample's prefixes to keep that honest.
+
+Pure data and pattern text: no I/O, and nothing here sees the text being masked.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    kind: str
+    pattern: str
+    """Matches the secret; only the groups named in ``values`` are masked, when there are any."""
+    triggers: tuple[str, ...]
+    """Cheap expressions of which one finds, on the same line, part of every match of ``pattern``.
+
+    Each starts with one plain character, and a rare one where possible:
+    the search then skips through the text in C and only stops at those characters.
+    """
+    values: tuple[str, ...] = ()
+    check: Callable[[str], bool] | None = None
+    """A condition on the matched text, tested after the match so the expression needs no
+    lookahead that could scan far and fail (the backtracking that made ``sk-`` runs slow)."""
+
+
+# Private key blocks: BEGIN to the first END, or to the end of the text when END never comes.
+_PEM_LABEL = r"-----{}[ ](?:[A-Z0-9]{{1,20}}[ ]){{0,3}}PRIVATE[ ]KEY(?:[ ]BLOCK)?-----"
+_PEM_BEGIN = _PEM_LABEL.format("BEGIN")
+_PEM_END = _PEM_LABEL.format("END")
+_PEM_END_MAX = 128
+"""No END marker is longer than this (the stream keeps this much to find a split one)."""
+
+_DASH = "-(?!-{4})"
+"""A dash in a token, but not the first of five: a token never swallows the ``-----`` of a key's BEGIN."""
+_WORD = rf"(?:[A-Za-z0-9_]|{_DASH})"
+
+
+# An assignment: a key ending in a keyword, a separator, then a quoted or bare value.
+# Only the value is masked; a Bearer/Basic scheme word before it is kept. A quoted value runs
+# to its closing quote, or to the end of the line when that never comes: a value cut short
+# (by the end of what was read so far) is masked to the cut, never shown in part.
+_BLANK = "[ \t\r\u00a0\u2000-\u200d\u2060\u3000\ufeff]"
+"""What may stand around a separator: a carriage return too (``password\\r=x`` shows ``=x`` once
+the line is collapsed, so it is masked before), and the spaces and invisible characters of Unicode."""
+_SEP = rf"""["']?{_BLANK}*(?:=>|:=|==|[:=\uff1a\uff1d]){_BLANK}*"""
+_OPEN_END = rf"[:=\uff1a\uff1d]{_BLANK}*(?:[|>][-+0-9]{{0,2}}[ \t\r]*)?"
+"""The end of a line whose value may be on the next line: a separator, maybe a YAML block scalar's header."""
+_NEXT_LINE = (
+    rf"(?:[|>][-+0-9]{{0,2}}[ \t\r]*)?\n[ \t]+(?!-----)(?![^\n]*{_OPEN_END}(?:\n|\Z))"
+    rf"(?P<v4>(?:[^\s-]++|{_DASH})++(?:[ \t]+(?:[^\s-]++|{_DASH})++)*+)"
+)
+"""A YAML value on the next, more indented line (``password:`` or a block scalar ``password: |``):
+its first line. A line that could itself be such a key (it ends in ``:``, ``=`` or a block
+scalar's header) is not taken as a value, so no match spans more than two lines. This is the one
+rule besides key blocks that reaches over a newline: the stream holds a line that ends in a
+keyword and a separator until the next line is complete."""
+_VALUE = (
+    rf"""(?:{_NEXT_LINE}|(?:(?i:bearer|basic)[ \t]+)?"""
+    rf"""(?:"(?P<v1>(?:[^"\\\n-]+|\\[^\n]?|{_DASH})+)"?|'(?P<v2>(?:[^'\\\n-]+|\\[^\n]?|{_DASH})+)'?"""
+    rf"""|["']?(?P<v3>(?![{{\[])(?:[^\s"',;&-]+|{_DASH})+)))"""
+)
+"""A value never takes in the ``-----`` of a key block's BEGIN (``private_key: -----BEGIN ...``):
+the key block rule masks the block, over all its lines. The runs inside a value are matched whole
+(``[...]+``), not a character per step: nothing can fail after a value, so nothing backtracks
+into them, and a long value costs one step per run instead of one per character."""
+_ASSIGN = rf"(?:{_SEP}{_VALUE}|>(?P<v5>[^<\n]+))"
+"""A separator and a value, or the text of an XML element named by the key (``<password>x</password>``)."""
+_ASSIGNED = ("v1", "v2", "v3", "v4", "v5")
+_FLAG_VALUE = (
+    r"""(?:"(?P<v1>[^"\n]+)"?|'(?P<v2>[^'\n]+)'?|(?P<v3>[^\s"']+))"""
+)
+"""The value of a command-line option: quoted (to its closing quote or the end of the line) or bare."""
+_KEY_TAIL = "(?:_[A-Za-z0-9_]{0,64}+)?"
+"""More of an identifier after a keyword (``DB_PASSWORD_PROD``): bounded, so a run of ``pass_pass_...``
+is not read again from each of its keywords."""
+_NOT_SSHPASS = r"(?:[^\ss]++|s(?!shpass))*+"
+_NOT_MYSQL = r"(?:[^\sm]++|m(?!ysql|ariadb))*+"
+"""The rest of a word on a command line, up to where another match of the same rule could start:
+a line of ``mysql -mysql -mysql ...`` is read once, not once from each."""
+
+
+def _token(first: str, rest: str, before: str = "A-Za-z0-9") -> str:
+    """A token starting with ``first`` that is not the tail of a longer word.
+
+    The check on the character before comes after ``first`` so that the expression starts
+    with a plain character, which lets the regex engine reject most positions at once.
+    """
+    return f"{first}(?<![{before}]{first}){rest}"
+
+
+def _has_digit(text: str) -> bool:
+    return any(c.isdigit() for c in text)
+
+
+_IDS = re.compile(r"""(?:^|[\s=u'"])[0-9]+:[0-9]+['"]?\Z""")
+
+
+def _not_ids(text: str) -> bool:
+    """False for ``-u 1000:1000``: a user and group id, not a user and password."""
+    return _IDS.search(text) is None
+
+
+def _either_case(first: str, rest: str) -> tuple[str, str]:
+    """Triggers for a keyword anchored at the letter ``first``, in both cases."""
+    return f"{first.lower()}{rest}", f"{first.upper()}{rest}"
+
+
+_RULES: tuple[_Rule, ...] = (
+    _Rule(
+        "private-key",
+        rf"{_PEM_BEGIN}(?s:.*?(?P<pem_end>{_PEM_END})|.*)",
+        (r"Y(?<=PRIVATE KEY)(?: BLOCK)?-----",),
+    ),
+    _Rule(
+        "aws-access-key-id",
+        _token("A", r"(?:KIA|SIA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+        (r"K(?<=AK)IA", r"S(?<=AS)IA"),
+    ),
+    _Rule(
+        "github-token",
+        _token("g", r"(?:h[pousr]_[A-Za-z0-9]{20,}|ithub_pat_[A-Za-z0-9_]{20,})", "A-Za-z0-9_"),
+        (r"g(?:h[pousr]_|ithub_pat_)",),
+    ),
+    _Rule("slack-token", _token("x", rf"ox[baprs]-(?:[A-Za-z0-9]|{_DASH}){{10,}}"), (r"xox[baprs]-",)),
+    _Rule("anthropic-api-key", _token("s", rf"k-ant-{_WORD}{{20,}}"), (r"k(?<=sk)-",)),
+    _Rule("stripe-key", _token("[sr]", r"k_live_[A-Za-z0-9]{10,}"), (r"k(?<=[sr]k)_live_",)),
+    # OpenAI-style keys: at least one digit, so hyphenated words like sk-learn-... stay. The whole
+    # run is matched (and so consumed) before the digit is looked for: a run of "sk-sk-sk-..." is
+    # read once, not once per "sk-" in it.
+    _Rule("openai-api-key", _token("s", rf"k-{_WORD}{{20,}}"), (r"k(?<=sk)-",), check=_has_digit),
+    _Rule("google-api-key", _token("A", rf"Iza{_WORD}{{35}}"), (r"z(?<=AIz)a",)),
+    _Rule(
+        "jwt",
+        _token("e", rf"yJ{_WORD}{{5,}}\.eyJ{_WORD}{{5,}}\.{_WORD}*", "A-Za-z0-9_-"),
+        (r"J(?<=eyJ)",),
+    ),
+    # A token after "Bearer": it has a digit or is long, so "Bearer authentication" stays.
+    _Rule(
+        "bearer-token",
+        _token(
+            "[Bb]",
+            r"(?i:earer)[ \t]+(?P<v1>(?:(?=[A-Za-z._~+/-]*[0-9])[A-Za-z0-9._~+/-]{8,}"
+            r"|[A-Za-z0-9._~+/-]{20,})=*)",
+        ),
+        _either_case("b", "(?i:earer)"),
+        ("v1",),
+    ),
+    _Rule(
+        "basic-auth",
+        r"""[Aa](?i:uthorization)["']?[ \t]*[:=][ \t]*["']?(?i:basic)[ \t]+(?P<v1>[A-Za-z0-9+/]{4,}={0,2})""",
+        _either_case("z", "(?<=(?i:authoriz))"),
+        ("v1",),
+    ),
+    # Any other Authorization header: the credential after its scheme word, whatever it is.
+    _Rule(
+        "bearer-token",
+        r"""[Aa](?i:uthorization)["']?[ \t]*[:=][ \t]*["']?(?i:bearer)[ \t]+(?P<v1>[^\s"']+)""",
+        _either_case("z", "(?<=(?i:authoriz))"),
+        ("v1",),
+    ),
+    _Rule(
+        "authorization",
+        r"""[Aa](?i:uthorization)["']?[ \t]*[:=][ \t]*["']?(?!(?i:basic|bearer)[ \t])"""
+        r"""(?:[A-Za-z][A-Za-z0-9._-]{0,30}[ \t]+)?(?P<v1>[^\s"']+)""",
+        _either_case("z", "(?<=(?i:authoriz))"),
+        ("v1",),
+    ),
+    # scheme://user:PASSWORD@host: the password runs to the last @ before the path.
+    _Rule("url-password", r"""://[^\s:/?#@"'<>]*:(?P<v1>[^\s/?#"'<>]+)(?=@)""", ("@",), ("v1",)),
+    # Key/value forms of config files and API answers: a key ending in the keyword, then a
+    # separator (=, :, =>, :=, with the key's closing quote in JSON), then the value. This covers
+    # env files and shell (FOO_SECRET=...), INI (aws_secret_access_key = ...), YAML (token: ...) and
+    # JSON ("SecretAccessKey": "..." from aws sts, "private_key": "..." of a service account).
+    _Rule(
+        "aws-secret-access-key",
+        rf"[Ss](?<!/[Ss])(?i:ecret_?access_?key){_ASSIGN}",
+        _either_case("c", "(?<=(?i:sec))(?i:ret)"),
+        _ASSIGNED,
+    ),
+    # A key with the keyword in it (DB_PASSWORD, MY_PASSWD_ROOT, pass, MYSQL_PWD, SSHPASS), but not
+    # the "PASS: name" of test harnesses (automake, go test's "--- PASS:");
+    # "/etc/passwd: No such file" is a path, not an assignment; PWD=/home/u is the working directory.
+    _Rule(
+        "password",
+        r"(?:[Pp](?<!/[Pp])(?i:ass(?:word|wd|phrase))|[Pp](?<![A-Za-z0-9/][Pp])(?!(?<![^\s-]P)ASS:)(?i:ass)"
+        r"|[Ss](?<![A-Za-z0-9][Ss])(?i:shpass))" + _KEY_TAIL + _ASSIGN,
+        (*_either_case("w", "(?<=(?i:passw))"), *_either_case("h", "(?<=(?i:passph))(?i:rase)"),
+         # "pass" alone only before a non-word character: "PASSED" in test logs is no key.
+         *_either_case("s", "(?<=(?i:pass))(?![A-Za-z0-9])")),
+        _ASSIGNED,
+    ),
+    _Rule(
+        "password",
+        rf"""[Pp](?<![A-Za-z0-9/][Pp])(?i:wd){_KEY_TAIL}(?:{_SEP}(?!["']?/){_VALUE}|>(?P<v5>[^<\n]+))""",
+        _either_case("w", "(?<=(?i:pw))(?i:d)(?![A-Za-z0-9])"),
+        _ASSIGNED,
+    ),
+    # Options that take a password: --password x, --db-pass 'x' (a value of its own, after a space).
+    _Rule(
+        "password",
+        rf"-(?<![A-Za-z0-9-]-)-(?:[A-Za-z0-9]+-)*+(?i:pass(?:word|wd|phrase)?|pwd)[ \t]+(?!-){_FLAG_VALUE}",
+        (r"-(?<=--)(?:[A-Za-z0-9]+-)*+(?i:pass|pwd)",),
+        ("v1", "v2", "v3"),
+    ),
+    # curl -u user:password, --user, --proxy-user (a uid:gid of digits, as for docker -u, stays).
+    _Rule(
+        "password",
+        r"-(?<![A-Za-z0-9-]-)(?:u[ \t]*|-(?:proxy-)?user(?:[ \t]+|=))"
+        r"""(?:"[^"\n:]*:(?P<v1>[^"\n]+)"?|'[^'\n:]*:(?P<v2>[^'\n]+)'?|(?![-"'])[^\s:"']{0,128}+:(?P<v3>[^\s"']+))""",
+        (r"-(?:u|-(?:proxy-)?user)",),
+        ("v1", "v2", "v3"),
+        check=_not_ids,
+    ),
+    # sshpass -p PASSWORD, after its other options.
+    _Rule(
+        "password",
+        rf"s(?<![A-Za-z0-9_]s)shpass(?:[ \t]+-(?!sshpass)[a-oq-zA-Z-]{_NOT_SSHPASS}"
+        rf"(?:[ \t]+(?!sshpass)[^\s-]{_NOT_SSHPASS})?)*+[ \t]+-p[ \t]*{_FLAG_VALUE}",
+        (r"h(?<=ssh)pass",),
+        ("v1", "v2", "v3"),
+    ),
+    # mysql -pPASSWORD (and mysqldump, mysqladmin, mariadb ...): the value is attached to -p.
+    _Rule(
+        "password",
+        r"m(?<![A-Za-z0-9_]m)(?:ysql[a-z]*|ariadb(?:-[a-z]+)?)"
+        rf"(?:[ \t]+(?!mysql|mariadb)(?:[^\s-]|-(?!mysql|mariadb)[^\sp]){_NOT_MYSQL})*+[ \t]+-p{_FLAG_VALUE}",
+        (r"q(?<=mysq)l", r"b(?<=mariadb)"),
+        ("v1", "v2", "v3"),
+    ),
+    # .netrc: "machine h login u password p" on one line, or "password p" alone on its line.
+    _Rule(
+        "password",
+        r"(?:[Ll](?<![A-Za-z0-9_][Ll])(?i:ogin)[ \t]+[^\s]{1,256}[ \t]+|(?m:^)[ \t]*)"
+        r"(?i:password)[ \t]+(?P<v1>[^\s]+)(?:(?=[ \t]+(?i:machine|login|account|macdef|default)\b)|[ \t]*(?m:$))",
+        _either_case("w", "(?<=(?i:passw))"),
+        ("v1",),
+    ),
+    _Rule(
+        "secret",
+        rf"[Ss](?<!/[Ss])(?i:ecret(?:[_-]?key)?){_ASSIGN}",
+        _either_case("c", "(?<=(?i:sec))(?i:ret)"),
+        _ASSIGNED,
+    ),
+    # "private_key": "..." (JSON service accounts) and kubeconfig's client-key-data.
+    _Rule(
+        "private-key",
+        rf"(?:[Pp](?<!/[Pp])(?i:rivate[_-]?key)|[Kk](?<![A-Za-z0-9][Kk])(?i:ey[_-]data)){_ASSIGN}",
+        (*_either_case("v", "(?<=(?i:priv))(?i:ate)"), *_either_case("d", "(?<=(?i:key[_-]d))(?i:ata)")),
+        _ASSIGNED,
+    ),
+    # Docker's config.json: "auth": "<base64 of user:password>".
+    _Rule(
+        "auth",
+        r"""["'](?i:auth)["'][ \t]*:[ \t]*"(?P<v1>[^"\s]+)(?=")""",
+        _either_case("h", """(?<=(?i:auth))["']"""),
+        ("v1",),
+    ),
+    _Rule(
+        "token",
+        rf"[Tt](?<!/[Tt])(?i:oken){_ASSIGN}",
+        _either_case("k", "(?<=(?i:tok))(?i:en)"),
+        _ASSIGNED,
+    ),
+    _Rule(
+        "api-key",
+        rf"[Aa](?<!/[Aa])(?i:pi[_-]?key){_ASSIGN}",
+        _either_case("k", "(?:(?<=(?i:api[_-]k))|(?<=(?i:apik)))(?i:ey)"),
+        _ASSIGNED,
+    ),
+)
+_PEM_GROUP = "r0"
+"""The marker group of the private key rule, which stays first in the combined expression."""
