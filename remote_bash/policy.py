@@ -98,8 +98,8 @@ def check_command(command: str, policy: CommandPolicy) -> PolicyDecision:
             return PolicyDecision(False, rule, f"the command matches this host's deny rule {pattern!r}")
     if policy.allow is None:
         return PolicyDecision(True, "default", "no deny rule matched and this host has no allowlist")
-    allowed = {_basename(name) for name in policy.allow}
-    listing = f"(allowed: {', '.join(sorted(allowed)) or 'nothing'})"
+    names, paths, variables = _allow_entries(policy.allow)
+    listing = f"(allowed: {', '.join(sorted(set(policy.allow))) or 'nothing'})"
     if not command.strip():
         return PolicyDecision(False, "allow", f"the command is empty {listing}")
     try:
@@ -116,6 +116,14 @@ def check_command(command: str, policy: CommandPolicy) -> PolicyDecision:
         )
         return PolicyDecision(False, f"allow_operators: {op}", reason)
     for words in parsed.commands:
+        for assigned in _assignments(words):
+            if assigned not in variables:
+                reason = (
+                    f"the assignment {assigned}=... is not allowed on this host: a variable can change what "
+                    f"an allowed command runs or loads (LD_PRELOAD, PATH, PYTHONPATH); list '{assigned}=' in "
+                    f"allow to permit it {listing}"
+                )
+                return PolicyDecision(False, "allow", reason)
         word = _command_name(words)
         if word is None:
             continue
@@ -125,10 +133,16 @@ def check_command(command: str, policy: CommandPolicy) -> PolicyDecision:
                 f"checked against this host's allowlist {listing}"
             )
             return PolicyDecision(False, "allow", reason)
-        name = _basename(word.value)
-        if name not in allowed:
+        if "/" in word.value:
+            if word.value not in paths:
+                reason = (
+                    f"command {word.value!r} is named by a path, which only an allowlist entry of that exact "
+                    f"path allows (a name entry allows the bare name only) {listing}"
+                )
+                return PolicyDecision(False, "allow", reason)
+        elif word.value not in names:
             return PolicyDecision(
-                False, "allow", f"command {name!r} is not in this host's allowlist {listing}"
+                False, "allow", f"command {word.value!r} is not in this host's allowlist {listing}"
             )
     return PolicyDecision(True, "allow", "every command is in this host's allowlist")
 
@@ -156,8 +170,30 @@ def simple_commands(command: str) -> SimpleCommands | None:
     )
 
 
-def _basename(path: str) -> str:
-    return path.rsplit("/", 1)[-1]
+def _allow_entries(entries: list[str]) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """An allowlist's bare names, exact paths, and assignable variables (entries ``NAME=``).
+
+    A bare name allows the command word with that name and no ``/``: it runs what the shell finds
+    on its ``PATH``, which no allowed command may change. A path entry allows that exact word only,
+    so ``/tmp/x/cat`` or ``./cat`` never passes for ``cat``.
+    """
+    names = {e for e in entries if "/" not in e and not e.endswith("=")}
+    paths = {e for e in entries if "/" in e}
+    variables = {e[:-1] for e in entries if e.endswith("=") and "/" not in e}
+    return frozenset(names), frozenset(paths), frozenset(variables)
+
+
+def _assignments(words: list[_Word]) -> list[str]:
+    """The variables a simple command assigns before its name (all of them when it has none)."""
+    assigned: list[str] = []
+    for word in words:
+        if word.literal and word.raw in _TRANSPARENT:
+            continue
+        match = _ASSIGNMENT.match(word.raw)
+        if match is None:
+            break
+        assigned.append(re.split(r"[\[+=]", match.group(0), maxsplit=1)[0])
+    return assigned
 
 
 def _command_name(words: list[_Word]) -> _Word | None:

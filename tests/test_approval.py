@@ -46,6 +46,84 @@ def test_production_default_asks_for_risky_commands(command: str) -> None:
     assert approval_needed(command, STAGING) is None  # the default elsewhere: never
 
 
+ATTACKED = Host(name="a", hostname="127.0.0.1",
+                approve=["privilege", "packages", "services", "deletions", {"writes_outside": ["/tmp"]}])
+
+
+@pytest.mark.parametrize("command", [
+    # eval runs its arguments as shell text: read when they are plain literals, asked about otherwise
+    'eval "rm -f F"', "builtin eval 'rm -f F'", "command eval rm -f F", "time eval 'rm -f F'",
+    "time -p eval rm F", "eval \"$X\"", "eval $(cat /tmp/x)", "X=1 eval 'sudo id'",
+    # source reads a script the text does not show (here its own input)
+    "source /dev/stdin <<< 'rm -f F'", ". /dev/stdin <<< 'rm -f F'", "source <(echo rm F)", ". ./env.sh",
+    # git aliases and config keys can run shell commands
+    "git -c alias.z='!rm -f F' z", "git -c core.pager='rm -f F' log", "git --config-env=core.pager=X log",
+    "git --exec-path=/tmp/x status",
+    # packages through an interpreter's module runner and other managers
+    "python3 -m pip install X", "python3 -mpip install X", "python -m pip uninstall -y X", "pip3.11 install X",
+    "uv pip install X", "conda install -y X", "brew install X", "cargo install X",
+    # setuid/setgid bits however the mode is spelled
+    "chmod =4755 F", "chmod u+s F", "chmod g+s F", "chmod 2755 F", "chmod 02755 F", "chmod 6755 F",
+    "chmod u+x,g+s F", "chmod +4000 F", "chmod a=rwxs F", "chmod -R u=rwxs F", "chmod --reference=/usr/bin/sudo F",
+    # inline programs that run commands
+    "sed 's/x/rm -f F/e' G", "sed -n 'e rm -f F' G", "sed -e '1e rm -f F' G", "sed -f prog.sed G",
+    "perl -ne 'unlink 1' F", "python3 -uc 'import os'", "python3 <<< 'import os'", "perl - <<< 'unlink 1'",
+    "awk -v x=1 'BEGIN{system(\"rm F\")}'", "find . -exec sudo id \\;",
+    # variables that load code or change what runs, as prefixes, bare, exported or through env
+    "LD_PRELOAD=/tmp/x.so true", "LD_LIBRARY_PATH=/tmp cat F", "BASH_ENV=/tmp/x bash -c true", "ENV=/tmp/x sh -c :",
+    "PATH=/tmp:$PATH ls", "PATH=/tmp", "export LD_PRELOAD=/tmp/x.so", "export PROMPT_COMMAND='rm F'",
+    "declare -x LD_AUDIT=/tmp/x.so", "env LD_PRELOAD=/tmp/x.so cat F", "sudo LD_PRELOAD=/tmp/x.so id",
+    "PS4='$(rm F)' bash -xc true", "IFS=/ cat F", "GIT_SSH_COMMAND='rm F' git fetch", "PYTHONPATH=/tmp python3 a.py",
+    "X+=1 rm -f F", "A[1]=x rm -f F",
+    # text the shell keeps and runs later
+    "trap 'rm -f F' EXIT", "trap -- 'rm -f F' DEBUG", "alias ls='rm -f F'", "enable -f /tmp/x.so x",
+    # writes: through a link made to outside the allowed paths, or to a target named by an option
+    "ln -s ~ /tmp/link", "ln -sfn /etc /tmp/link; echo x > /tmp/link/f", "ln /etc/passwd /tmp/hard",
+    "cp -t ~ /tmp/x", "mv --target-directory=/etc /tmp/x", "echo x >& /etc/f",
+])
+def test_attacked_forms_ask(command: str) -> None:
+    assert approval_needed(command, ATTACKED) is not None, command
+
+
+@pytest.mark.parametrize("command", [
+    "eval 'echo hi'", "eval ls -l", "sed -n '/error/p' /var/log/x", "sed 's/e/E/g' F", "sed -e 's/a/b/;p' F",
+    "chmod 755 F", "chmod u+x F", "chmod -s F", "chmod g-s F", "chmod 1777 /tmp/d", "python3 -m http.server 8000",
+    "LC_ALL=C sort F", "export FOO=bar", "FOO=1 ls", "git -C /tmp/repo status", "git log -1", "trap - EXIT",
+    "ln -s /tmp/a /tmp/b", "cp -t /tmp/d /etc/hosts", "awk -F'|' '{print $1}' F", "echo x >&2",
+    "find . -name '*.py' -exec grep -l x {} +",
+])
+def test_attacked_forms_that_read_do_not_ask(command: str) -> None:
+    assert approval_needed(command, ATTACKED) is None, command
+
+
+WRAPPERS = ["builtin", "command", "time", "time -p", "nohup", "sudo", "env", "exec", "nice -n 5", "timeout 5",
+            "X=1", "command -p"]
+
+
+@given(st.lists(st.sampled_from(WRAPPERS), max_size=5),
+       st.sampled_from(["rm -f F", "sudo id", "apt-get install x", "systemctl stop x", "echo x > /etc/f"]),
+       st.sampled_from(["'{}'", '"{}"', "{}"]))
+def test_any_wrapper_chain_ending_in_eval_asks(wrappers: list[str], inner: str, quoting: str) -> None:
+    command = " ".join([*wrappers, "eval", quoting.format(inner)])
+    assert approval_needed(command, ATTACKED) is not None, command
+
+
+@given(st.lists(st.sampled_from(WRAPPERS), max_size=4),
+       st.text(alphabet="abcx$(){}`'\"; ", min_size=1, max_size=12))
+def test_eval_of_anything_but_plain_literals_asks(wrappers: list[str], word: str) -> None:
+    import shlex
+
+    quoted = shlex.quote(word)
+    command = " ".join([*wrappers, "eval", "$X" + quoted])  # an expansion: known only when it runs
+    assert approval_needed(command, ATTACKED) is not None, command
+
+
+@given(st.sampled_from(["4", "2", "6"]), st.text(alphabet="01234567", min_size=3, max_size=3),
+       st.sampled_from(["", "0", "=", "+", "a=", "u+"]))
+def test_every_spelling_of_a_setuid_mode_asks(special: str, rest: str, prefix: str) -> None:
+    assert approval_needed(f"chmod {prefix}{special}{rest} F", ATTACKED) is not None
+
+
 @pytest.mark.parametrize("command", [
     "ls -la /etc", "cat /var/log/syslog | tail", "systemctl status nginx", "apt list --installed", "dpkg -l",
     "rpm -qa", "pip list", "df -h", "journalctl -u nginx -n 50", "echo rm", "grep sudo /etc/group",

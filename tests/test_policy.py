@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remote_bash.models import CommandPolicy
+from remote_bash.models import CommandPolicy, Host
 from remote_bash.policy import PolicyDecision, check_command, host_in_allowlist
+
+from .waiting import wait_for
 
 READ_ONLY = CommandPolicy(allow=["cat", "ls"])
 CHAINED = CommandPolicy(allow=["cat", "ls", "grep", "echo", "true", "/usr/bin/head"])
@@ -70,16 +74,60 @@ def test_reason_names_the_command_and_the_allowlist() -> None:
     )
 
 
-@pytest.mark.parametrize(
-    "command", ["/bin/ls", "./ls -l", "X=1 ls", "A=1 B[2]=x C+=y /usr/bin/cat f", "\\ls"]
-)
-def test_paths_and_assignments(command: str) -> None:
+@pytest.mark.parametrize("command", ["ls -l", "\\ls", "'ls' -l", "if ls; then cat f; fi"])
+def test_bare_names_match_name_entries(command: str) -> None:
     assert allowed(command, READ_ONLY)
 
 
-def test_allow_entries_may_be_paths() -> None:
-    assert allowed("head -n 3 f")
-    assert allowed("/bin/head f")
+@pytest.mark.parametrize("command", ["/bin/ls", "./ls -l", "/tmp/x/cat f", "'/tmp/x/cat' f", "../cat", "x/ls"])
+def test_a_path_never_passes_for_a_name_entry(command: str) -> None:
+    decision = check_command(command, READ_ONLY)
+    assert not decision.allowed and decision.rule == "allow"
+    assert "is named by a path" in decision.reason and "(allowed: cat, ls)" in decision.reason
+
+
+def test_path_entries_match_that_exact_path_only() -> None:
+    assert allowed("/usr/bin/head f")
+    for command in ("head -n 3 f", "/bin/head f", "/usr/bin/../bin/head f", "/usr/bin//head f"):
+        assert not allowed(command), command
+
+
+@pytest.mark.parametrize(("command", "variable"), [
+    ("LD_PRELOAD=/tmp/x.so cat /etc/hostname", "LD_PRELOAD"), ("PATH=/tmp cat f", "PATH"), ("PATH=/tmp", "PATH"),
+    ("X=1 ls", "X"), ("A=1 B[2]=x C+=y cat f", "A"), ("B[2]=x cat", "B"), ("C+=y cat", "C"),
+    ("arr=(a b c) ls", "arr"), ("ls; BASH_ENV=/tmp/x", "BASH_ENV"), ("echo $(LD_AUDIT=x ls)", "LD_AUDIT"),
+    ("if true; then PYTHONPATH=/tmp cat f; fi", "PYTHONPATH"),
+])
+def test_assignments_are_refused_with_an_allowlist(command: str, variable: str) -> None:
+    policy = CommandPolicy(allow=["cat", "ls", "echo", "true"])
+    decision = check_command(command, policy)
+    assert not decision.allowed and decision.rule == "allow", command
+    assert decision.reason.startswith(f"the assignment {variable}=... is not allowed on this host")
+    assert f"list '{variable}=' in allow" in decision.reason
+
+
+def test_variables_listed_with_an_equals_sign_may_be_assigned() -> None:
+    policy = CommandPolicy(allow=["sort", "LC_ALL="], allow_operators=False)
+    assert check_command("LC_ALL=C sort f", policy).allowed
+    assert not check_command("LC_ALL=C LD_PRELOAD=/tmp/x.so sort f", policy).allowed
+    assert not check_command("LC_ALL=C /tmp/sort f", policy).allowed
+    assert check_command("LC_ALL=C", policy).allowed  # a listed variable alone: only that variable changes
+
+
+def test_the_attack_that_escaped_the_allowlist_is_refused() -> None:
+    policy = CommandPolicy(allow=["cat", "ls", "echo"], allow_operators=False)
+    for command in ("LD_PRELOAD=/tmp/rbev.so cat /etc/hostname", "PATH=/tmp cat /etc/hostname",
+                    "/tmp/x/cat /etc/hostname", "./cat /etc/hostname"):
+        assert not check_command(command, policy).allowed, command
+    assert check_command("cat /etc/hostname", policy).allowed
+
+
+@given(st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True), st.text(max_size=10),
+       st.sampled_from(["cat", "ls", "echo"]))
+def test_any_prefix_assignment_is_refused(name: str, value: str, command: str) -> None:
+    text = f"{name}={shlex.quote(value)} {command} f"
+    decision = check_command(text, CommandPolicy(allow=["cat", "ls", "echo"]))
+    assert not decision.allowed and decision.rule == "allow", text
 
 
 @pytest.mark.parametrize(
@@ -96,12 +144,11 @@ def test_allow_entries_may_be_paths() -> None:
         "eval ls",
         "bash -c ls",
         "sh -c 'ls'",
-        "X=1 sudo ls",
     ],
 )
 def test_wrappers_need_to_be_listed_themselves(command: str) -> None:
     decision = check_command(command, READ_ONLY)
-    wrapper = shlex.split(command)[0] if "=" not in command else "sudo"
+    wrapper = shlex.split(command)[0]
     assert decision.reason == f"command {wrapper!r} is not in this host's allowlist (allowed: cat, ls)"
 
 
@@ -170,7 +217,6 @@ def test_every_command_is_checked_even_glued_to_operators(command: str, culprit:
         "if true; then ls; else cat f; fi",
         "{ ls; }",
         "ls 2>&1 | grep x > out 2>/dev/null",
-        "arr=(a b c) ls",
         "echo ${HOME} $1 $@ $$",
         "grep -e 'x\\' f",
         "[ -f x ]",
@@ -378,3 +424,37 @@ def test_substitution_between_single_quotes_inside_double_quoted_braces_is_seen(
     # In "${x:-'...'}" the single quotes are plain characters: bash runs what is between them.
     decision = check_command(command, CommandPolicy(allow=["echo", "ls"], allow_operators=False))
     assert not decision.allowed
+
+
+# --- live: through real sshd ---------------------------------------------------------------------
+
+
+async def test_the_ld_preload_escape_is_refused_before_anything_is_sent(web1: Host, tmp_path: Path) -> None:
+    from remote_bash import BashTool, PolicyDenied, RemoteBashSession
+    from remote_bash.audit import AuditLog
+
+    audit = AuditLog(tmp_path / "audit")
+    host = web1.model_copy(update={"policy": CommandPolicy(allow=["cat", "ls", "echo"], allow_operators=False)})
+    sent = Path(f"/tmp/rb-policy-sent-{os.getpid()}")
+    never = Path(f"/tmp/rb-policy-never-{os.getpid()}")
+    try:
+        async with RemoteBashSession(host, audit=audit) as s:
+            # An allowed command with the same redirection does reach the host: the file appears.
+            assert (await s.run(f"cat /etc/hostname > {sent}")).exit_code == 0
+            await wait_for(sent.exists, within=10, what="the allowed command's file")
+            with pytest.raises(PolicyDenied) as refused:
+                await s.run(f"LD_PRELOAD=/tmp/rbev.so cat /etc/hostname > {never}")
+            assert refused.value.host == "web-1" and "LD_PRELOAD" in str(refused.value)
+            assert str(refused.value).startswith("web-1: the assignment LD_PRELOAD=...")
+            block = await BashTool(s).handle({"id": "toolu_p", "name": "bash",
+                                              "input": {"command": f"PATH=/tmp cat /etc/hostname > {never}"}})
+            assert block["is_error"] and "PATH=" in block["content"]
+            assert (await s.run("echo still-here")).output == "still-here\n"
+        assert not never.exists()
+        records = list(audit.read("web-1"))
+        started = [r["command"] for r in records if r["event"] == "exec.start"]
+        assert not [c for c in started if "LD_PRELOAD" in c or "PATH=" in c], started
+        assert [r["rule"] for r in records if r["event"] == "policy.denied"] == ["allow", "allow"]
+    finally:
+        for path in (sent, never):
+            path.unlink(missing_ok=True)
