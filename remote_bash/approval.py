@@ -7,20 +7,26 @@ A host's ``approve`` setting is ``never``, ``all``, or a list of rules: named cl
 class, and the rest ask for nothing.
 
 Like the command policy this is a guard rail over the command's text: it reads what the text
-would run (through wrappers such as ``sudo``, ``env``, ``nohup``, ``bash -c``), and when it cannot
-tell (an unreadable command, a command name known only after expansion) it asks. It cannot see
-what a script or an allowed program does once it runs. Asking, and recording the answer, is the
+would run (through wrappers such as ``sudo``, ``env``, ``nohup``, ``bash -c``, ``eval`` of plain
+literals, ``trap`` and ``alias`` texts, ``find -exec``), and when the text runs code it cannot read
+it asks: an unreadable command, a command name or ``eval`` text known only after expansion, a
+script (``source``, ``bash FILE``, a shell or interpreter reading its input), an inline program,
+a variable that makes programs load or run other code (``LD_PRELOAD``, ``PATH``, ``BASH_ENV``, ...).
+It cannot see what a script or an allowed program does once it runs, nor the host's file system
+(a symbolic link that already leads out of an allowed path). Asking, and recording the answer, is the
 caller's job: this module only decides whether to ask, and remembers time-limited grants.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from remote_bash._programs import awk_runs, git_runs, inline_program, mode_sets_special, sed_effects
 from remote_bash.models import ApproveRule, Host, RegexApproveRule, WritesOutsideRule
 from remote_bash.policy import simple_commands
 
@@ -56,11 +62,18 @@ _WRAPPERS = frozenset({"env", "nohup", "nice", "ionice", "timeout", "stdbuf", "t
                        "busybox", "coproc", "chroot", "nsenter", "unshare", "firejail", "systemd-run",
                        "faketime", "proxychains", "torsocks"})
 _SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "ash", "fish", "csh", "tcsh"})
-# Interpreters whose program may be given inline (None: always, as awk's first operand).
-_INLINE: dict[str, tuple[str, ...] | None] = {
-    "awk": None, "gawk": None, "mawk": None, "nawk": None, "perl": ("-e", "-E"), "ruby": ("-e",),
-    "python": ("-c",), "python3": ("-c",), "node": ("-e", "--eval", "-p"), "php": ("-r",), "lua": ("-e",),
-}
+_AWKS = frozenset({"awk", "gawk", "mawk", "nawk", "busybox-awk"})
+# Variables that make programs load or run code the text does not show, or change which program a
+# name runs, or how the shell reads later text. A list cannot be complete (a program may read any
+# variable): it names the well-known ones.
+_CODE_VARIABLES = re.compile(
+    r"LD_\w*|DYLD_\w*|GCONV_PATH|GLIBC_TUNABLES|BASH_ENV|ENV|BASH_FUNC_\w*|SHELLOPTS|BASHOPTS|PROMPT_COMMAND"
+    r"|PS[0-4]|IFS|PATH|HOME|XDG_CONFIG_HOME|PYTHON\w*|PERL5\w*|PERLLIB|RUBY\w*|GEM_\w*|NODE_OPTIONS|NODE_PATH"
+    r"|GIT_\w*|LESSOPEN|LESSCLOSE|PAGER|MANPAGER|\w*_PAGER|EDITOR|VISUAL|\w*_EDITOR|\w*ASKPASS"
+    r"|JAVA_TOOL_OPTIONS|_JAVA_OPTIONS|JDK_JAVA_OPTIONS|LUA_\w*|OPENSSL_CONF|OPENSSL_ENGINES|TCLLIBPATH")
+_ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?\+?=")
+_DECLARERS = frozenset({"export", "declare", "typeset", "readonly", "local"})
+_PACKAGE_MODULES = frozenset({"pip", "pip3", "ensurepip"})
 # Wrappers whose first operand is theirs (a lock file, a directory), not the command's name.
 _OWN_OPERAND = frozenset({"flock", "chroot"})
 _ESCALATE = frozenset({"sudo", "su", "doas", "pkexec", "runuser", "setpriv", "sudoedit", "machinectl"})
@@ -78,9 +91,12 @@ _PACKAGE_VERBS: dict[str, frozenset[str]] = {
     "pip": frozenset({"install", "uninstall"}),
     "npm": frozenset({"install", "i", "uninstall", "remove", "rm", "un", "update", "upgrade", "ci", "link"}),
     "gem": frozenset({"install", "uninstall", "update"}),
+    "conda": frozenset({"install", "remove", "uninstall", "update", "upgrade", "create"}),
+    "brew": frozenset({"install", "uninstall", "remove", "rm", "upgrade", "reinstall"}),
+    "cargo": frozenset({"install", "uninstall"}),
 }
 _PACKAGE_ALIASES = {"apt-get": "apt", "aptitude": "apt", "dnf": "yum", "microdnf": "yum", "pip3": "pip",
-                    "pipx": "pip", "yarn": "npm", "pnpm": "npm"}
+                    "pipx": "pip", "yarn": "npm", "pnpm": "npm", "mamba": "conda", "micromamba": "conda"}
 _SYSTEMCTL_VERBS = frozenset({"start", "stop", "restart", "reload", "try-restart", "reload-or-restart",
                               "try-reload-or-restart", "enable", "disable", "reenable", "mask", "unmask", "kill",
                               "isolate", "daemon-reload", "daemon-reexec", "reboot", "poweroff", "halt", "suspend",
@@ -92,7 +108,7 @@ _POWER = frozenset({"reboot", "shutdown", "halt", "poweroff", "init", "telinit",
 _DELETERS = frozenset({"rm", "rmdir", "unlink", "shred", "srm", "wipefs", "truncate", "blkdiscard"})
 _WRITERS = frozenset({"cp", "mv", "install", "ln", "rsync", "touch", "mkdir", "tee", "truncate", "chmod", "chown",
                       "chgrp", "sed", "patch", "tar", "unzip", "rm", "rmdir", "unlink", "shred", "dd"})
-_OUTPUT_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>", "<>"})
+_OUTPUT_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&"})
 
 
 @dataclass(frozen=True)
@@ -156,10 +172,16 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
     if parsed is None:
         return Need("unreadable", "the command could not be read, so what it would change cannot be told")
     queue = [words for words in parsed.commands]
-    for _ in range(256):  # bounded: wrappers and `bash -c` add at most a few commands each
+    redirects = list(parsed.redirects)  # grows with those of the text run by `bash -c`, eval, ...
+    # Bounded: each command read adds at most the commands its text holds. Past the bound the rest
+    # is unread, so it asks.
+    for _ in range(4 * len(command) + 16):
         if not queue:
             break
-        words = _skip_assignments(queue.pop(0))
+        assigned, words = _skip_assignments(queue.pop(0))
+        need = _risky_assignment(assigned)
+        if need is not None:
+            return need
         if not words:
             continue
         name, literal = words[0]
@@ -175,38 +197,79 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
             need = _writes(base, words[1:], allowed_paths)
             if need is not None:
                 return need
-        inner = _inner_command(base, words[1:], command)
+        inner = _inner_command(base, words[1:], redirects)
         if isinstance(inner, Need):
             return inner
         queue.extend(inner)
+    if queue:
+        return Need("unreadable", "the command holds more commands than are read here")
     if allowed_paths is not None:
-        for op, target, literal in parsed.redirects:
+        for op, target, literal in redirects:
             if op in _OUTPUT_REDIRECTS and not _inside(target, literal, allowed_paths):
                 return Need("writes_outside", f"it writes to {target!r}, outside {', '.join(allowed_paths)}")
     return None
 
 
-def _skip_assignments(words: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
-    i = 0
-    while i < len(words) and re.match(r"[A-Za-z_][A-Za-z0-9_]*=", words[i][0]):
+def _skip_assignments(words: list[tuple[str, bool]]) -> tuple[list[str], list[tuple[str, bool]]]:
+    """The prefix assignments of a simple command, and the words after them and reserved words."""
+    i, assigned = 0, []
+    while i < len(words):
+        if words[i][0] in {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}"}:
+            i += 1
+            continue
+        match = _ASSIGN.match(words[i][0])
+        if match is None:
+            break
+        assigned.append(match.group(1))
         i += 1
-    while i < len(words) and words[i][0] in {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}"}:
-        i += 1
-    return words[i:]
+    return assigned, words[i:]
+
+
+def _risky_assignment(names: list[str]) -> Need | None:
+    for name in names:
+        if _CODE_VARIABLES.fullmatch(name):
+            return Need("environment", f"it sets {name}, which changes what programs load or run (or how the "
+                                       "shell reads later commands), so what runs cannot be told from the text")
+    return None
+
+
+def _python_module(base: str, args: list[str]) -> tuple[str, list[str]] | None:
+    """``python3 -m pip install x`` as ``("pip", ["install", "x"])``; None for other forms."""
+    if not re.fullmatch(r"python[0-9.]*|pypy[0-9.]*", base):
+        return None
+    for i, arg in enumerate(args):
+        if arg == "-m" and i + 1 < len(args):
+            return args[i + 1], args[i + 2:]
+        if arg.startswith("-m") and len(arg) > 2:
+            return arg[2:], args[i + 1:]
+        if not arg.startswith("-"):
+            return None
+    return None
 
 
 def _classify(base: str, args: list[str], classes: frozenset[str]) -> Need | None:
     if "privilege" in classes:
         if base in _ESCALATE or base in _ACCOUNTS:
             return Need("privilege", f"{base!r} runs with other privileges or changes accounts")
-        if base == "chmod" and any(re.fullmatch(r"[0-7]*[4-7][0-7]{3}|.*[+=][rwxXt]*s.*", a) for a in args):
+        if base == "chmod" and any(a.startswith("--reference") for a in args):
+            return Need("privilege", "chmod --reference copies a mode that may carry a setuid/setgid bit")
+        if base == "chmod" and any(mode_sets_special(a) for a in args if not a.startswith("--")):
             return Need("privilege", "chmod sets a setuid/setgid bit")
         modes = [m for i, a in enumerate(args) for m in ([args[i + 1]] if a == "-m" and i + 1 < len(args) else
                                                           [a[7:]] if a.startswith("--mode=") else
                                                           [a[2:]] if a.startswith("-m") and len(a) > 2 else [])]
-        if base == "install" and any(re.fullmatch(r"[0-7]*[4-7][0-7]{3}|.*[+=][rwxXt]*s.*", m) for m in modes):
+        if base == "install" and any(mode_sets_special(m) for m in modes):
             return Need("privilege", "install gives a file a setuid/setgid bit")
     if "packages" in classes:
+        module = _python_module(base, args)
+        if module is not None and module[0] in _PACKAGE_MODULES:
+            if module[0] == "ensurepip":
+                return Need("packages", f"{base} -m ensurepip installs pip")
+            base, args = "pip", module[1]
+        if base == "uv" and args[:1] == ["pip"]:
+            base, args = "pip", args[1:]
+        if re.fullmatch(r"pip[0-9.]+", base):
+            base = "pip"
         family = _PACKAGE_ALIASES.get(base, base)
         verbs = _PACKAGE_VERBS.get(family)
         if verbs is not None and any(a in verbs for a in args if not a.startswith("-")):
@@ -231,8 +294,8 @@ def _classify(base: str, args: list[str], classes: frozenset[str]) -> Need | Non
             return Need("deletions", f"{base!r} deletes or overwrites data")
         if base == "dd" and any(a.startswith("of=") for a in args):
             return Need("deletions", "dd writes over a file or device")
-        if base == "find" and ("-delete" in args or any(a in {"-exec", "-execdir", "-ok"} for a in args)):
-            return Need("deletions", "find with -delete or -exec can delete files")
+        if base == "find" and "-delete" in args:
+            return Need("deletions", "find -delete deletes files")
         if base == "git" and "clean" in args:
             return Need("deletions", "git clean deletes untracked files")
         if base == "rsync" and any(a.startswith("--delete") for a in args):
@@ -253,8 +316,18 @@ def _writes(base: str, words: list[tuple[str, bool]], allowed: list[str]) -> Nee
         targets = [(w[3:], lit) for w, lit in words if w.startswith("of=")]
     elif base == "sed":
         targets = operands[1:] if any(w.startswith("-i") or w == "--in-place" for w, _ in words) else []
+        targets += [(f, True) for f in sed_effects([w for w, _ in words])[1]]
+    elif base in {"cp", "mv", "install", "ln"} and (named_dir := _target_directory(words)) is not None:
+        targets = [named_dir]
+        if base == "ln":
+            return _links_out(operands, named_dir, allowed)
     elif base in {"cp", "mv", "install", "ln", "rsync"}:
         targets = operands[-1:]
+        if base == "ln":
+            need = _links_out(operands[:-1] if len(operands) > 1 else operands,
+                              operands[-1] if len(operands) > 1 else (".", True), allowed)
+            if need is not None:
+                return need
     elif base in {"chmod", "chown", "chgrp"}:
         targets = operands[1:]
     elif base in {"tar", "unzip"}:
@@ -266,6 +339,36 @@ def _writes(base: str, words: list[tuple[str, bool]], allowed: list[str]) -> Nee
     for target, literal in targets:
         if not _inside(target, literal, allowed):
             return Need("writes_outside", f"{base} writes to {target!r}, outside {', '.join(allowed)}")
+    return None
+
+
+def _target_directory(words: list[tuple[str, bool]]) -> tuple[str, bool] | None:
+    """The directory of ``-t DIR``/``--target-directory=DIR`` (cp, mv, install, ln), or None."""
+    for i, (word, literal) in enumerate(words):
+        if word in ("-t", "--target-directory") and i + 1 < len(words):
+            return words[i + 1]
+        if word.startswith("--target-directory="):
+            return word.split("=", 1)[1], literal
+        match = None if word.startswith("--") else re.fullmatch(r"-[A-Za-z]*?t(.*)", word)
+        if match is not None:
+            return (match.group(1), literal) if match.group(1) else words[i + 1] if i + 1 < len(words) else None
+    return None
+
+
+def _links_out(sources: list[tuple[str, bool]], link: tuple[str, bool], allowed: list[str]) -> Need | None:
+    """A link under an allowed path to a file or directory outside them: later writes through it
+    land outside. A relative symlink target is read from the link's directory."""
+    where, where_literal = link
+    base_dir = where if where.endswith("/") else posixpath.dirname(where)
+    for target, literal in sources:
+        if target.startswith("-"):
+            continue
+        resolved = target
+        if literal and not target.startswith(("/", "~")) and where_literal and where.startswith("/"):
+            resolved = posixpath.normpath(posixpath.join(base_dir or "/", target))
+        if not _inside(resolved, literal, allowed):
+            return Need("writes_outside", f"ln links {target!r} from under {', '.join(allowed)}: writes through the "
+                                          f"link would land outside them")
     return None
 
 
@@ -297,35 +400,78 @@ def _inside(target: str, literal: bool, allowed: list[str]) -> bool:
     return any(target == p.rstrip("/") or target.startswith(p.rstrip("/") + "/") for p in allowed)
 
 
-def _inner_command(base: str, words: list[tuple[str, bool]], command: str) -> list[list[tuple[str, bool]]] | Need:
+def _inner_command(base: str, words: list[tuple[str, bool]],
+                   redirects: list[tuple[str, str, bool]]) -> list[list[tuple[str, bool]]] | Need:
     """Commands a wrapper runs: ``sudo rm x`` also runs ``rm x``; ``bash -c 'text'`` runs ``text``."""
     if base in _SHELLS or (base == "script" and any(w in ("-c", "--command") or re.fullmatch(r"-[a-z]*c", w)
                                                      for w, _ in words)):
         for i, (word, _) in enumerate(words):
             if (word in ("-c", "--command") or re.fullmatch(r"-[a-z]*c", word)) and i + 1 < len(words):
-                return _read_text(base, words[i + 1])
+                return _read_text(base, redirects, words[i + 1])
         if base == "script":
             return []
         # No -c: the shell reads commands from a script file or from its input, neither of which
         # is text here to read.
         return Need("unreadable", f"{base} runs commands from a script or its input, which the text does not show")
-    if base in _INLINE:
-        flags = _INLINE[base]
-        if flags is None:
-            # awk: its program reads unless it can write, pipe or run something (or comes from a file)
-            program = next((w for w, _ in words if not w.startswith("-")), "")
-            if any(w == "-f" or w.startswith("--file") for w, _ in words) or re.search(
-                    r"system|getline|close|fflush|[>|]", program):
-                return Need("unreadable", f"{base}'s program can write files or run commands, which the text "
-                                          "does not show")
-            return []
-        if any(w in flags for w, _ in words):
-            return Need("unreadable", f"{base} runs a program given inline, whose effects the text does not show")
+    values = [w for w, _ in words]
+    if base == "eval":
+        if not all(literal for _, literal in words):
+            return Need("unknown-command", "eval runs text known only after expansion")
+        return _read_text("eval", redirects, (" ".join(values), True))
+    if base in ("source", "."):
+        return Need("unreadable", f"{base} runs the commands of a script ({' '.join(values)!r}), which the text "
+                                  "does not show")
+    if base == "enable" and any(re.fullmatch(r"-[a-z]*f", w) for w in values):
+        return Need("unreadable", "enable -f loads a shared object into the shell")
+    if base == "trap":
+        operands = values[1:] if values[:1] == ["--"] else values
+        if len(operands) >= 2 and not operands[0].startswith("-") and operands[0]:
+            return _read_text("trap", redirects, (operands[0], words[values.index(operands[0])][1]))
         return []
+    if base == "alias":
+        inner: list[list[tuple[str, bool]]] = []
+        for word, literal in words:
+            if "=" in word:
+                read = _read_text("alias", redirects, (word.split("=", 1)[1], literal))
+                if isinstance(read, Need):
+                    return read
+                inner += read
+        return inner
+    if base in _DECLARERS or base == "env":
+        names = [m.group(1) for w in values if (m := _ASSIGN.match(w))]
+        if base in _DECLARERS:
+            names += [w for w in values if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", w)]
+            if any(re.fullmatch(r"-[a-zA-Z]*n[a-zA-Z]*", w) for w in values):  # a name reference
+                names += [w.split("=", 1)[1] for w in values if "=" in w]
+        need = _risky_assignment(names)
+        if need is not None or base in _DECLARERS:
+            return need or []
+    if base in ("printf", "read", "mapfile", "readarray", "getopts"):
+        need = _risky_assignment([w for w in values if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", w)])
+        return need or []
+    if base == "sed":
+        runs, _ = sed_effects(values)
+        return Need("unreadable", runs) if runs else []
+    if base == "git":
+        why = git_runs(values)
+        return Need("unreadable", why) if why else []
+    if base == "find":
+        found: list[list[tuple[str, bool]]] = []
+        for i, word in enumerate(values):
+            if word in ("-exec", "-execdir", "-ok", "-okdir"):
+                end = next((j for j in range(i + 1, len(values)) if values[j] in (";", "+")), len(values))
+                found.append(list(words[i + 1:end]))
+        return found
+    if base in _AWKS:
+        why = awk_runs(base, values)
+        return Need("unreadable", why) if why else []
+    why = inline_program(base, values)
+    if why is not None:
+        return Need("unreadable", f"{why}, whose effects the text does not show")
     if base == "env" and any(w in ("-S", "--split-string") or w.startswith("--split-string=") for w, _ in words):
         for i, (word, _) in enumerate(words):
             if word in ("-S", "--split-string") and i + 1 < len(words):
-                return _read_text("env -S", words[i + 1])
+                return _read_text("env -S", redirects, words[i + 1])
         return Need("unreadable", "env -S splits a string into a command that cannot be read here")
     if base in _WRAPPERS or base in _ESCALATE:
         rest = list(words)
@@ -334,20 +480,28 @@ def _inner_command(base: str, words: list[tuple[str, bool]], command: str) -> li
                 rest = rest[2:] if rest[0][0] in ("-w", "--wait", "--timeout", "-E", "--conflict-exit-code") \
                     else rest[1:]
             rest = rest[1:]  # the lock file, the new root
-        while rest and (rest[0][0].startswith("-") or re.match(r"[A-Za-z_][A-Za-z0-9_]*=", rest[0][0])
+        assigned: list[str] = []
+        while rest and (rest[0][0].startswith("-") or _ASSIGN.match(rest[0][0])
                         or (base in {"timeout", "nice", "chrt", "taskset", "flock"} and rest[0][0][:1].isdigit())):
+            if match := _ASSIGN.match(rest[0][0]):
+                assigned.append(match.group(1))
             rest = rest[1:]
+        need = _risky_assignment(assigned)
+        if need is not None:
+            return need
         return [rest] if rest else []
     return []
 
 
-def _read_text(what: str, word: tuple[str, bool]) -> list[list[tuple[str, bool]]] | Need:
+def _read_text(what: str, redirects: list[tuple[str, str, bool]],
+               word: tuple[str, bool]) -> list[list[tuple[str, bool]]] | Need:
     text, literal = word
     if not literal:
         return Need("unknown-command", f"{what} runs text known only after expansion")
     inner = simple_commands(text)
     if inner is None:
         return Need("unreadable", f"the text given to {what} could not be read")
+    redirects += inner.redirects
     return inner.commands
 
 

@@ -7,6 +7,7 @@ import json
 import os
 import pty
 import select
+import shlex
 import subprocess
 import sys
 import time
@@ -85,9 +86,20 @@ def test_attacked_forms_ask(command: str) -> None:
     assert approval_needed(command, ATTACKED) is not None, command
 
 
+def test_a_risky_command_after_many_others_still_asks() -> None:
+    assert approval_needed("true; " * 300 + "rm -f F", ATTACKED) is not None
+    assert approval_needed("true; " * 300 + "ls", ATTACKED) is None
+    nested = "rm -f F"
+    for _ in range(8):
+        nested = f"eval {shlex.quote(nested)}"  # eval of eval of ... rm, each level quoted again
+    need = approval_needed(nested, ATTACKED)
+    assert need is not None and need.rule == "deletions", need
+
+
 @pytest.mark.parametrize("command", [
     "eval 'echo hi'", "eval ls -l", "sed -n '/error/p' /var/log/x", "sed 's/e/E/g' F", "sed -e 's/a/b/;p' F",
-    "chmod 755 F", "chmod u+x F", "chmod -s F", "chmod g-s F", "chmod 1777 /tmp/d", "python3 -m http.server 8000",
+    "chmod 755 /tmp/F", "chmod u+x /tmp/F", "chmod -s /tmp/F", "chmod g-s /tmp/F", "chmod 1777 /tmp/d",
+    "python3 -m http.server 8000",
     "LC_ALL=C sort F", "export FOO=bar", "FOO=1 ls", "git -C /tmp/repo status", "git log -1", "trap - EXIT",
     "ln -s /tmp/a /tmp/b", "cp -t /tmp/d /etc/hosts", "awk -F'|' '{print $1}' F", "echo x >&2",
     "find . -name '*.py' -exec grep -l x {} +",
@@ -111,8 +123,6 @@ def test_any_wrapper_chain_ending_in_eval_asks(wrappers: list[str], inner: str, 
 @given(st.lists(st.sampled_from(WRAPPERS), max_size=4),
        st.text(alphabet="abcx$(){}`'\"; ", min_size=1, max_size=12))
 def test_eval_of_anything_but_plain_literals_asks(wrappers: list[str], word: str) -> None:
-    import shlex
-
     quoted = shlex.quote(word)
     command = " ".join([*wrappers, "eval", "$X" + quoted])  # an expansion: known only when it runs
     assert approval_needed(command, ATTACKED) is not None, command
