@@ -32,10 +32,12 @@ import mcp_types as types
 from mcp.server.mcpserver import AcceptedElicitation, Context, Elicit, ElicitationResult, MCPServer, Resolve
 from pydantic import BaseModel, Field
 
+from .access import Gate
 from .approval import Approval, Grants, Need, approval_needed
 from .errors import RemoteBashError
 from .hub import CLIENT, SessionHub
 from .models import Host
+from .terminal import escape, escape_json
 from .tools.edit import approval_text
 
 __all__ = ["build_server", "serve_http", "serve_stdio"]
@@ -63,8 +65,9 @@ EDIT_DESCRIPTION = (
     "endings and final newline. Prefer it to sed -i or heredocs. Some writes need a person's approval."
 )
 HOSTS_DESCRIPTION = (
-    "List the hosts this server may reach: name, address, user, groups and labels. An optional host "
-    "pattern narrows the list (a name, a group, 'web-*', 'env=staging', 'web:&env=prod')."
+    "List the hosts this server may select: name, address, user, groups, labels, jump hosts, and whether "
+    "it can be reached (a host whose jump host may not be reached cannot; the reason is given). An "
+    "optional host pattern narrows the list (a name, a group, 'web-*', 'env=staging', 'web:&env=prod')."
 )
 
 
@@ -206,9 +209,17 @@ def build_server(hub: SessionHub, *, approve: bool = True, approve_timeout: floa
         except RemoteBashError as exc:
             return types.CallToolResult(content=[types.TextContent(type="text", text=f"Error: {exc.message}")],
                                         is_error=True)
-        rows = [{"name": h.name, "address": h.address, "user": h.user, "groups": h.groups, "labels": h.labels,
-                 "jump": h.jump} for h in chosen]
-        text = json.dumps(rows, ensure_ascii=False, indent=1) if rows else "No selectable host matches."
+        gate = Gate(hub.inventory, allow=hub.allow)
+        rows: list[dict[str, Any]] = []
+        for h in chosen:
+            row: dict[str, Any] = {"name": h.name, "address": h.address, "user": h.user, "groups": h.groups,
+                                   "labels": h.labels, "jump": h.jump}
+            refused = gate.refusal(h)  # the whole route: a jump host outside --allow makes it unreachable
+            row["reachable"] = refused is None
+            if refused is not None:
+                row["not_reachable_because"] = refused.why
+            rows.append(row)
+        text = escape_json(json.dumps(rows, ensure_ascii=False, indent=1)) if rows else "No selectable host matches."
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=False)
 
     @server.tool(name="edit", description=EDIT_DESCRIPTION)
@@ -295,9 +306,12 @@ def _to_approval(answer: Any, client: str, settings: _Settings, host: str, comma
 
 
 def _question(host: Host, command: str, need: Need) -> str:
+    """The question put to the person: every character a terminal would act on, or that would not
+    show (a carriage return, an escape sequence, a bidi override), is shown escaped, as at the
+    command line's prompt, so what is read is what would run."""
     shown = command if len(command) <= 2000 else command[:2000] + " ..."
-    return (f"Claude wants to run this on {host.name} ({host.address}), which needs approval because "
-            f"{need.reason}:\n\n{shown}")
+    return (f"Claude wants to run this on {escape(host.name)} ({escape(host.address)}), which needs approval "
+            f"because {escape(need.reason)}:\n\n{escape(shown)}")
 
 
 def _client_name(ctx: Context) -> str:

@@ -105,7 +105,8 @@ async def run_bash_input(
             return tool_result(tool_use_id, refusal, True)
         result = await session.run(command, timeout, tool_use_id=tool_use_id, on_output=on_output)
     except AccessDenied as exc:  # already audited by the session or its gate
-        return tool_result(tool_use_id, f"Error: refused before running: {exc.message}", True)
+        said = exc.message if exc.message.startswith("refused before") else f"refused before running: {exc.message}"
+        return tool_result(tool_use_id, f"Error: {said}", True)
     except AuditError as exc:
         return tool_result(tool_use_id, f"Error: not run, because it could not be audited: {exc.message}", True)
     except ConnectionLost as exc:

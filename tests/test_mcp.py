@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -340,3 +341,59 @@ async def test_edit_then_run_and_writes_ask_for_approval(lab: dict[str, Any], tm
     starts = [r for r in _records(tmp_path, "mcp-a") if r["event"] == "edit.start"]
     assert [r["command"] for r in starts] == ["create", "str_replace"]
     assert all(r["client"] == "test-client 1.0" for r in starts)
+
+
+# Characters a terminal acts on or hides: C0 controls but newline and tab, DEL, C1, bidi marks,
+# overrides and isolates, zero-width characters.
+_HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_the_approval_question_shows_the_command_escaped(lab: dict[str, Any], tmp_path: Path,
+                                                              mode: str) -> None:
+    asked: list[str] = []
+
+    async def decline(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="decline")
+
+    victim = f"/tmp/mcp-victim-{os.getpid()}-{mode}"
+    Path(victim).write_text("keep\n")
+    Path(victim).chmod(0o666)
+    # On a terminal, CR, "erase line" and "cursor up" would leave only "echo harmless" in sight.
+    command = f"rm -f {victim}\r\x1b[2K\x1b[1Aecho harmless \u202e\x9b2K\u200b"
+    try:
+        async with _client(lab, tmp_path, elicit=decline, mode=mode) as client:
+            refused = await client.call_tool("bash", {"host": "mcp-b", "command": command})
+            assert refused.is_error and "declined" in _text(refused)
+        assert len(asked) == 1
+        question = asked[0]
+        assert not _HIDDEN.search(question), repr(question)
+        assert f"rm -f {victim}\\x0d\\x1b[2K\\x1b[1Aecho harmless \\u202e\\x9b2K\\u200b" in question
+        assert Path(victim).read_text() == "keep\n"  # declined: never sent
+    finally:
+        Path(victim).unlink(missing_ok=True)
+
+
+async def test_hosts_says_which_are_unreachable_and_why(lab: dict[str, Any], hosts: TestHosts,
+                                                        tmp_path: Path) -> None:
+    target = hosts.start("mcp-j")
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text(json.dumps({"hosts": {
+        "mcp-hop": {"hostname": "127.0.0.1", "port": lab["listener"].getsockname()[1]},
+        "mcp-j": _host_entry(target, jump=["mcp-hop"]),
+        "mcp-d": _host_entry(target),
+    }}))
+    async with _client({"inventory": inventory}, tmp_path / "audit", "--allow", "mcp-j,mcp-d") as client:
+        listed = {h["name"]: h for h in json.loads(_text(await client.call_tool("hosts", {})))}
+        assert set(listed) == {"mcp-j", "mcp-d"}
+        assert listed["mcp-d"]["reachable"] is True and "not_reachable_because" not in listed["mcp-d"]
+        assert listed["mcp-j"]["reachable"] is False
+        assert "'mcp-hop'" in listed["mcp-j"]["not_reachable_because"]
+        assert "outside" in listed["mcp-j"]["not_reachable_because"]
+        refused = await client.call_tool("bash", {"host": "mcp-j", "command": "id"})
+        assert refused.is_error
+        assert _text(refused).startswith("Error: refused before connecting: ")
+        assert _text(refused).count("refused before") == 1
+    with pytest.raises(BlockingIOError):
+        lab["listener"].accept()
