@@ -80,7 +80,13 @@ ATTACKED = Host(name="a", hostname="127.0.0.1",
     "trap 'rm -f F' EXIT", "trap -- 'rm -f F' DEBUG", "alias ls='rm -f F'", "enable -f /tmp/x.so x",
     # writes: through a link made to outside the allowed paths, or to a target named by an option
     "ln -s ~ /tmp/link", "ln -sfn /etc /tmp/link; echo x > /tmp/link/f", "ln /etc/passwd /tmp/hard",
-    "cp -t ~ /tmp/x", "mv --target-directory=/etc /tmp/x", "echo x >& /etc/f",
+    "cp -t ~ /tmp/x", "mv --target-directory=/etc /tmp/x", "echo x >& /etc/f", "sed 'w /etc/x' /tmp/f",
+    "sed 's/a/b/w /etc/x' /tmp/f",
+    # more of the same families, as the README names them
+    "git rebase -x 'rm F' main", "git submodule foreach 'rm F'", "git bisect run ./t.sh", "read PATH <<< /tmp",
+    "printf -v PATH /tmp", "HOME=/tmp/x git status", "NODE_OPTIONS='--require /tmp/x.js' node a.js",
+    "RUBYOPT=-r/tmp/x ruby a.rb", "gem install x", "declare -n r=LD_PRELOAD", "node -e 'x'",
+    "bash -c 'echo x > /etc/f'",
 ])
 def test_attacked_forms_ask(command: str) -> None:
     assert approval_needed(command, ATTACKED) is not None, command
