@@ -859,7 +859,7 @@ async def test_host_outside_the_allowlist_is_never_connected(shared_host: Host, 
         tool = BashTool(open_session("outside", allow="inside"))
         result = await tool.handle({"id": "toolu_out", "name": "bash", "input": {"command": "id"}})
         assert result["is_error"] is True
-        assert result["content"].startswith("Error: refused before running")
+        assert result["content"].startswith("Error: refused before connecting: ")
 
         with pytest.raises(BlockingIOError):
             listener.accept()  # nothing ever connected
