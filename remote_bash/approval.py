@@ -74,8 +74,35 @@ _CODE_VARIABLES = re.compile(
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?\+?=")
 _DECLARERS = frozenset({"export", "declare", "typeset", "readonly", "local"})
 _PACKAGE_MODULES = frozenset({"pip", "pip3", "ensurepip"})
-# Wrappers whose first operand is theirs (a lock file, a directory), not the command's name.
-_OWN_OPERAND = frozenset({"flock", "chroot"})
+# Wrappers whose first operand is theirs (a lock file, a directory, a time), not the command's name.
+_OWN_OPERAND = frozenset({"flock", "chroot", "faketime"})
+# Wrappers whose leading numbers are theirs (a duration, a priority, a CPU list).
+_NUMBER_OPERAND = frozenset({"timeout", "nice", "chrt", "taskset", "flock", "ionice"})
+_SU = ("-s", "-g", "-G", "-w", "--shell", "--group", "--supp-group", "--whitelist-environment")
+# Wrapper options that take the next word as their value. Any other option might too: the word
+# after it is then read both as its value and as the start of the command (see _wrapped).
+_VALUE_OPTIONS: dict[str, frozenset[str]] = {name: frozenset(opts) for name, opts in {
+    "sudo": ("-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "-T", "--user", "--group", "--chdir",
+             "--chroot", "--close-from", "--host", "--prompt", "--role", "--type", "--other-user",
+             "--command-timeout"),
+    "doas": ("-u", "-C"), "su": _SU, "runuser": (*_SU, "-u", "--user"), "pkexec": ("--user",), "exec": ("-a",),
+    "env": ("-u", "-C", "--unset", "--chdir"), "timeout": ("-s", "-k", "--signal", "--kill-after"),
+    "nice": ("-n", "--adjustment"), "ionice": ("-c", "-n", "-p", "-P", "-u", "--class", "--classdata"),
+    "stdbuf": ("-i", "-o", "-e", "--input", "--output", "--error"), "watch": ("-n", "--interval"),
+    "time": ("-f", "-o", "--format", "--output"),
+    "xargs": ("-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s", "--arg-file", "--delimiter", "--max-args",
+              "--max-procs", "--max-chars", "--max-lines", "--process-slot-var", "--eof"),
+    "nsenter": ("-t", "-S", "-G", "--target", "--setuid", "--setgid"),
+    "unshare": ("-S", "-G", "-R", "-w", "--setuid", "--setgid", "--propagation", "--root", "--wd"),
+    "systemd-run": ("-p", "-u", "-E", "-M", "-H", "--property", "--unit", "--setenv", "--machine", "--host",
+                    "--uid", "--gid", "--nice", "--working-directory", "--description", "--slice"),
+    "flock": ("-w", "--wait", "--timeout", "-E", "--conflict-exit-code"), "proxychains": ("-f",),
+    "torsocks": ("-u", "-p", "-a", "-P"), "faketime": ("-p",),
+}.items()}
+# Wrappers that run a text given to an option through a shell.
+_TEXT_OPTIONS: dict[str, tuple[str, ...]] = {"su": ("-c", "--command", "--session-command"),
+                                             "runuser": ("-c", "--command", "--session-command"),
+                                             "flock": ("-c", "--command")}
 _ESCALATE = frozenset({"sudo", "su", "doas", "pkexec", "runuser", "setpriv", "sudoedit", "machinectl"})
 _ACCOUNTS = frozenset({"useradd", "userdel", "usermod", "adduser", "deluser", "groupadd", "groupdel",
                        "groupmod", "gpasswd", "passwd", "chpasswd", "visudo", "setcap", "newgrp"})
@@ -421,6 +448,11 @@ def _inner_command(base: str, words: list[tuple[str, bool]],
     if base in ("source", "."):
         return Need("unreadable", f"{base} runs the commands of a script ({' '.join(values)!r}), which the text "
                                   "does not show")
+    if base in ("at", "batch") and not any(re.fullmatch(r"-[a-zA-Z]*[lrdc][a-zA-Z]*", w) for w in values):
+        return Need("unreadable", f"{base} schedules commands read from its input or a file, which the text "
+                                  "does not show")
+    if base == "crontab" and not any(re.fullmatch(r"-[a-zA-Z]*l[a-zA-Z]*", w) for w in values):
+        return Need("unreadable", "crontab installs or changes commands that run later, which the text does not show")
     if base == "enable" and any(re.fullmatch(r"-[a-z]*f", w) for w in values):
         return Need("unreadable", "enable -f loads a shared object into the shell")
     if base == "trap":
@@ -474,23 +506,69 @@ def _inner_command(base: str, words: list[tuple[str, bool]],
                 return _read_text("env -S", redirects, words[i + 1])
         return Need("unreadable", "env -S splits a string into a command that cannot be read here")
     if base in _WRAPPERS or base in _ESCALATE:
-        rest = list(words)
-        if base in _OWN_OPERAND:
-            while rest and rest[0][0].startswith("-"):
-                rest = rest[2:] if rest[0][0] in ("-w", "--wait", "--timeout", "-E", "--conflict-exit-code") \
-                    else rest[1:]
-            rest = rest[1:]  # the lock file, the new root
-        assigned: list[str] = []
-        while rest and (rest[0][0].startswith("-") or _ASSIGN.match(rest[0][0])
-                        or (base in {"timeout", "nice", "chrt", "taskset", "flock"} and rest[0][0][:1].isdigit())):
-            if match := _ASSIGN.match(rest[0][0]):
-                assigned.append(match.group(1))
-            rest = rest[1:]
-        need = _risky_assignment(assigned)
-        if need is not None:
-            return need
-        return [rest] if rest else []
+        return _wrapped(base, words, redirects)
     return []
+
+
+def _wrapped(base: str, words: list[tuple[str, bool]],
+             redirects: list[tuple[str, str, bool]]) -> list[list[tuple[str, bool]]] | Need:
+    """The command a wrapper runs: its words after the wrapper's options, assignments and operands.
+
+    An option the table does not know may take a value, so the word after it is read both ways:
+    as that value (the command starts after it) and as the command's name."""
+    texts = _TEXT_OPTIONS.get(base, ())
+    for i, (word, literal) in enumerate(words):
+        if word in texts and i + 1 < len(words):
+            return _read_text(f"{base} {word}", redirects, words[i + 1])
+        if any(word.startswith(f + "=") for f in texts if f.startswith("--")):
+            return _read_text(base, redirects, (word.split("=", 1)[1], literal))
+    values = _VALUE_OPTIONS.get(base, frozenset())
+    # Every way to read the options, as positions (with whether the wrapper's own operand is still
+    # to come): at most two per word, so the reading stays linear however many options there are.
+    todo, seen, starts, assigned = [(0, base in _OWN_OPERAND)], set(), set(), []
+    while todo:
+        state = todo.pop()
+        if state in seen:
+            continue
+        seen.add(state)
+        i, own = state
+        if i >= len(words):
+            continue
+        word = words[i][0]
+        match = _ASSIGN.match(word)
+        if word == "--":
+            starts.add(i + 2 if own else i + 1)
+        elif word in values:
+            todo.append((i + 2, own))
+        elif word.startswith("-") and len(word) > 1:
+            todo.append((i + 1, own))
+            if "=" not in word:
+                todo.append((i + 2, own))  # in case it takes a value the table does not know
+        elif match is not None:
+            assigned.append(match.group(1))
+            todo.append((i + 1, own))
+        elif base in _NUMBER_OPERAND and word[:1].isdigit():
+            todo.append((i + 1, own))
+        elif own:
+            todo.append((i + 1, False))
+        else:
+            starts.add(i)
+    need = _risky_assignment(assigned)
+    if need is not None:
+        return need
+    found: list[list[tuple[str, bool]]] = []
+    for i in sorted(starts):
+        if i >= len(words):
+            continue
+        found.append(words[i:])
+        # watch (always) and sudo -s, su, ... (when the name is not a plain word) run the words
+        # as one shell text: read that too.
+        if base == "watch" or not re.fullmatch(r"[\w./+:@%,=~-]*", words[i][0]):
+            text = _read_text(base, redirects, (" ".join(w for w, _ in words[i:]), all(lit for _, lit in words[i:])))
+            if isinstance(text, Need):
+                return text
+            found += text
+    return found
 
 
 def _read_text(what: str, redirects: list[tuple[str, str, bool]],

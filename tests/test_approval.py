@@ -77,7 +77,8 @@ ATTACKED = Host(name="a", hostname="127.0.0.1",
     "PS4='$(rm F)' bash -xc true", "IFS=/ cat F", "GIT_SSH_COMMAND='rm F' git fetch", "PYTHONPATH=/tmp python3 a.py",
     "X+=1 rm -f F", "A[1]=x rm -f F",
     # text the shell keeps and runs later
-    "trap 'rm -f F' EXIT", "trap -- 'rm -f F' DEBUG", "alias ls='rm -f F'", "enable -f /tmp/x.so x",
+    "trap 'rm -f F' EXIT", "trap -- 'rm -f F' DEBUG", "echo 'rm F' | at now", "batch < jobs", "crontab -",
+    "crontab /tmp/cron", "alias ls='rm -f F'", "enable -f /tmp/x.so x",
     # writes: through a link made to outside the allowed paths, or to a target named by an option
     "ln -s ~ /tmp/link", "ln -sfn /etc /tmp/link; echo x > /tmp/link/f", "ln /etc/passwd /tmp/hard",
     "cp -t ~ /tmp/x", "mv --target-directory=/etc /tmp/x", "echo x >& /etc/f", "sed 'w /etc/x' /tmp/f",
@@ -132,6 +133,39 @@ def test_eval_of_anything_but_plain_literals_asks(wrappers: list[str], word: str
     quoted = shlex.quote(word)
     command = " ".join([*wrappers, "eval", "$X" + quoted])  # an expansion: known only when it runs
     assert approval_needed(command, ATTACKED) is not None, command
+
+
+DELETIONS = Host(name="d", hostname="x", approve=["deletions"])
+
+
+@pytest.mark.parametrize("command", [
+    "sudo -u root rm -f F", "exec -a x rm F", "timeout -s KILL 5 rm F", "env -u X rm F", "env -C /tmp rm F",
+    "xargs -n 1 rm", "ionice -c 3 rm F", "stdbuf -o L rm F", "watch -n 1 rm F", "su -c 'rm F'",
+    "su - root -c 'rm F'", "doas -u root rm F", "runuser -u bob -- rm F", "time -f %e rm F",
+    "setpriv --reuid 0 rm F", "nsenter -t 1 -m rm F", "flock /tmp/l -c 'rm F'", "faketime 2020-01-01 rm F",
+    "systemd-run -u x rm F", "sudo --some-new-option value rm F", "watch 'rm -f F'", "watch -n 5 'ls; rm F'",
+    "sudo -s 'rm -f F'", "sudo -i 'cd /; rm -f F'",
+])
+def test_wrapper_options_with_values_do_not_hide_the_command(command: str) -> None:
+    need = approval_needed(command, DELETIONS)
+    assert need is not None and need.rule == "deletions", (command, need)
+
+
+@given(st.data())
+def test_any_option_of_a_wrapper_before_a_deletion_asks(data: st.DataObject) -> None:
+    from remote_bash.approval import _VALUE_OPTIONS
+
+    wrapper = data.draw(st.sampled_from(sorted(_VALUE_OPTIONS)))
+    options = data.draw(st.lists(st.one_of(st.sampled_from(sorted(_VALUE_OPTIONS[wrapper])),
+                                           st.from_regex(r"-[a-zA-Z]|--[a-z]{2,8}", fullmatch=True)), max_size=3))
+    parts = [wrapper]
+    if wrapper in ("flock", "chroot", "faketime"):
+        parts.append("/tmp/own")
+    for option in options:
+        parts += [option, data.draw(st.sampled_from(["x", "root", "5", "L"]))]
+    command = " ".join([*parts, "rm", "-f", "F"])
+    need = approval_needed(command, DELETIONS)
+    assert need is not None, command
 
 
 @given(st.sampled_from(["4", "2", "6"]), st.text(alphabet="01234567", min_size=3, max_size=3),
