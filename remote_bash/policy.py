@@ -9,7 +9,10 @@ whatever it runs, and bash's grammar is larger than the parser here. Least privi
 (the remote user's rights, a container, sudo rules) is the real control.
 
 When in doubt the parser refuses: a command it cannot read, or whose name is only known after an
-expansion (``$cmd``, ``l?``, ``{rm,-rf}``), is not allowed through an allowlist.
+expansion (``$cmd``, ``l?``, ``{rm,-rf}``), is not allowed through an allowlist. Neither is a
+variable assignment (``LD_PRELOAD=x.so cat``, ``PATH=/tmp``), since a variable can change what an
+allowed program runs, unless the allowlist names it as ``NAME=``; and a name entry allows only
+the bare name, never a path ending in it (``/tmp/x/cat``, ``./cat``).
 
 Deny patterns run on a linear-time engine (RE2, see ``_regex``): a command of any length is
 checked in time proportional to its length, whatever the pattern.

@@ -397,3 +397,28 @@ async def test_hosts_says_which_are_unreachable_and_why(lab: dict[str, Any], hos
         assert _text(refused).count("refused before") == 1
     with pytest.raises(BlockingIOError):
         lab["listener"].accept()
+
+
+async def test_commands_that_hid_a_deletion_are_asked_about(lab: dict[str, Any], tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    async def decline(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="decline")
+
+    victim = Path(f"/tmp/mcp-hidden-{os.getpid()}")
+    victim.write_text("keep\n")
+    victim.chmod(0o666)
+    commands = [f'eval "rm -f {victim}"', f"builtin eval 'rm -f {victim}'", f"time eval rm -f {victim}",
+                f"source /dev/stdin <<< 'rm -f {victim}'", f"git -c alias.z='!rm -f {victim}' z",
+                f"sed -n '1e rm -f {victim}' /etc/hostname", f"sudo -u root rm -f {victim}"]
+    try:
+        async with _client(lab, tmp_path, elicit=decline) as client:
+            for command in commands:
+                refused = await client.call_tool("bash", {"host": "mcp-b", "command": command})
+                assert refused.is_error and "declined" in _text(refused), command
+        assert len(asked) == len(commands)
+        assert victim.read_text() == "keep\n"
+    finally:
+        victim.unlink(missing_ok=True)
+    assert not [r for r in _records(tmp_path, "mcp-b") if r["event"] == "exec.start"]
