@@ -247,13 +247,18 @@ def _skip_assignments(words: list[tuple[str, bool]]) -> tuple[list[str], list[tu
         match = _ASSIGN.match(words[i][0])
         if match is None:
             break
-        assigned.append(match.group(1))
+        assigned.append(words[i][0])
         i += 1
     return assigned, words[i:]
 
 
-def _risky_assignment(names: list[str]) -> Need | None:
-    for name in names:
+def _risky_assignment(assigned: list[str]) -> Need | None:
+    """Whether setting these (``NAME`` or ``NAME=value`` words) may change what runs."""
+    for word in assigned:
+        name, equals, value = re.split(r"(?:\[[^\]]*\])?(\+?=)", word, maxsplit=1)[0], "=" in word, \
+            word.split("=", 1)[-1]
+        if equals and value in ("", "cat") and name.endswith("PAGER"):
+            continue  # no pager, or cat: the commonest way to keep output plain, and it runs nothing else
         if _CODE_VARIABLES.fullmatch(name):
             return Need("environment", f"it sets {name}, which changes what programs load or run (or how the "
                                        "shell reads later commands), so what runs cannot be told from the text")
@@ -446,6 +451,8 @@ def _inner_command(base: str, words: list[tuple[str, bool]],
             return Need("unknown-command", "eval runs text known only after expansion")
         return _read_text("eval", redirects, (" ".join(values), True))
     if base in ("source", "."):
+        if values in (["/etc/os-release"], ["/usr/lib/os-release"], ["/etc/lsb-release"]) and words[0][1]:
+            return []  # the system's identity: assignments of plain values, owned by root
         return Need("unreadable", f"{base} runs the commands of a script ({' '.join(values)!r}), which the text "
                                   "does not show")
     if base in ("at", "batch") and not any(re.fullmatch(r"-[a-zA-Z]*[lrdc][a-zA-Z]*", w) for w in values):
@@ -470,7 +477,7 @@ def _inner_command(base: str, words: list[tuple[str, bool]],
                 inner += read
         return inner
     if base in _DECLARERS or base == "env":
-        names = [m.group(1) for w in values if (m := _ASSIGN.match(w))]
+        names = [w for w in values if _ASSIGN.match(w)]
         if base in _DECLARERS:
             names += [w for w in values if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", w)]
             if any(re.fullmatch(r"-[a-zA-Z]*n[a-zA-Z]*", w) for w in values):  # a name reference
@@ -545,7 +552,7 @@ def _wrapped(base: str, words: list[tuple[str, bool]],
             if "=" not in word:
                 todo.append((i + 2, own))  # in case it takes a value the table does not know
         elif match is not None:
-            assigned.append(match.group(1))
+            assigned.append(word)
             todo.append((i + 1, own))
         elif base in _NUMBER_OPERAND and word[:1].isdigit():
             todo.append((i + 1, own))

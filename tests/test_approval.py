@@ -75,7 +75,7 @@ ATTACKED = Host(name="a", hostname="127.0.0.1",
     "PATH=/tmp:$PATH ls", "PATH=/tmp", "export LD_PRELOAD=/tmp/x.so", "export PROMPT_COMMAND='rm F'",
     "declare -x LD_AUDIT=/tmp/x.so", "env LD_PRELOAD=/tmp/x.so cat F", "sudo LD_PRELOAD=/tmp/x.so id",
     "PS4='$(rm F)' bash -xc true", "IFS=/ cat F", "GIT_SSH_COMMAND='rm F' git fetch", "PYTHONPATH=/tmp python3 a.py",
-    "X+=1 rm -f F", "A[1]=x rm -f F",
+    "X+=1 rm -f F", "A[1]=x rm -f F", "PAGER='rm -f F' git log", "GIT_PAGER=less git log", "PATH+=:/tmp ls",
     # text the shell keeps and runs later
     "trap 'rm -f F' EXIT", "trap -- 'rm -f F' DEBUG", "echo 'rm F' | at now", "batch < jobs", "crontab -",
     "crontab /tmp/cron", "alias ls='rm -f F'", "enable -f /tmp/x.so x",
@@ -109,7 +109,8 @@ def test_a_risky_command_after_many_others_still_asks() -> None:
     "python3 -m http.server 8000",
     "LC_ALL=C sort F", "export FOO=bar", "FOO=1 ls", "git -C /tmp/repo status", "git log -1", "trap - EXIT",
     "ln -s /tmp/a /tmp/b", "cp -t /tmp/d /etc/hosts", "awk -F'|' '{print $1}' F", "echo x >&2",
-    "find . -name '*.py' -exec grep -l x {} +",
+    "find . -name '*.py' -exec grep -l x {} +", "PAGER=cat git log", "SYSTEMD_PAGER= systemctl status x",
+    ". /etc/os-release && echo $ID", "nice -n 5 ls", "timeout 5 ls", "crontab -l", "watch -n 1 df -h",
 ])
 def test_attacked_forms_that_read_do_not_ask(command: str) -> None:
     assert approval_needed(command, ATTACKED) is None, command
