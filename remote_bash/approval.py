@@ -76,6 +76,8 @@ _DECLARERS = frozenset({"export", "declare", "typeset", "readonly", "local"})
 _PACKAGE_MODULES = frozenset({"pip", "pip3", "ensurepip"})
 # Wrappers whose first operand is theirs (a lock file, a directory, a time), not the command's name.
 _OWN_OPERAND = frozenset({"flock", "chroot", "faketime"})
+# How many ways a wrapper's options may be read before it asks instead (each is read in full).
+_MAX_READINGS = 8
 # Wrappers whose leading numbers are theirs (a duration, a priority, a CPU list).
 _NUMBER_OPERAND = frozenset({"timeout", "nice", "chrt", "taskset", "flock", "ionice"})
 _SU = ("-s", "-g", "-G", "-w", "--shell", "--group", "--supp-group", "--whitelist-environment")
@@ -199,9 +201,11 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
     if parsed is None:
         return Need("unreadable", "the command could not be read, so what it would change cannot be told")
     queue = [words for words in parsed.commands]
-    redirects = list(parsed.redirects)  # grows with those of the text run by `bash -c`, eval, ...
-    # Bounded: each command read adds at most the commands its text holds. Past the bound the rest
-    # is unread, so it asks.
+    # Bounded in commands read, and in words queued and characters read again (a wrapper read two
+    # ways queues a command more than once; eval of eval reads its text again), both linear in the
+    # text's length. Past the bound the rest is unread, so it asks.
+    reading = _Reading(list(parsed.redirects), 16 * len(command) + 4096)
+    redirects = reading.redirects
     for _ in range(4 * len(command) + 16):
         if not queue:
             break
@@ -224,9 +228,12 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
             need = _writes(base, words[1:], allowed_paths)
             if need is not None:
                 return need
-        inner = _inner_command(base, words[1:], redirects)
+        inner = _inner_command(base, words[1:], reading)
         if isinstance(inner, Need):
             return inner
+        reading.budget -= sum(len(words) for words in inner)
+        if reading.budget < 0:
+            return Need("unreadable", "the command holds more commands than are read here")
         queue.extend(inner)
     if queue:
         return Need("unreadable", "the command holds more commands than are read here")
@@ -235,6 +242,15 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
             if op in _OUTPUT_REDIRECTS and not _inside(target, literal, allowed_paths):
                 return Need("writes_outside", f"it writes to {target!r}, outside {', '.join(allowed_paths)}")
     return None
+
+
+@dataclass
+class _Reading:
+    """What reading one command collects across the texts it runs: their redirections, and what is
+    left of the work allowed."""
+
+    redirects: list[tuple[str, str, bool]]
+    budget: int
 
 
 def _skip_assignments(words: list[tuple[str, bool]]) -> tuple[list[str], list[tuple[str, bool]]]:
@@ -433,13 +449,13 @@ def _inside(target: str, literal: bool, allowed: list[str]) -> bool:
 
 
 def _inner_command(base: str, words: list[tuple[str, bool]],
-                   redirects: list[tuple[str, str, bool]]) -> list[list[tuple[str, bool]]] | Need:
+                   reading: _Reading) -> list[list[tuple[str, bool]]] | Need:
     """Commands a wrapper runs: ``sudo rm x`` also runs ``rm x``; ``bash -c 'text'`` runs ``text``."""
     if base in _SHELLS or (base == "script" and any(w in ("-c", "--command") or re.fullmatch(r"-[a-z]*c", w)
                                                      for w, _ in words)):
         for i, (word, _) in enumerate(words):
             if (word in ("-c", "--command") or re.fullmatch(r"-[a-z]*c", word)) and i + 1 < len(words):
-                return _read_text(base, redirects, words[i + 1])
+                return _read_text(base, reading, words[i + 1])
         if base == "script":
             return []
         # No -c: the shell reads commands from a script file or from its input, neither of which
@@ -449,7 +465,7 @@ def _inner_command(base: str, words: list[tuple[str, bool]],
     if base == "eval":
         if not all(literal for _, literal in words):
             return Need("unknown-command", "eval runs text known only after expansion")
-        return _read_text("eval", redirects, (" ".join(values), True))
+        return _read_text("eval", reading, (" ".join(values), True))
     if base in ("source", "."):
         if values in (["/etc/os-release"], ["/usr/lib/os-release"], ["/etc/lsb-release"]) and words[0][1]:
             return []  # the system's identity: assignments of plain values, owned by root
@@ -465,13 +481,13 @@ def _inner_command(base: str, words: list[tuple[str, bool]],
     if base == "trap":
         operands = values[1:] if values[:1] == ["--"] else values
         if len(operands) >= 2 and not operands[0].startswith("-") and operands[0]:
-            return _read_text("trap", redirects, (operands[0], words[values.index(operands[0])][1]))
+            return _read_text("trap", reading, (operands[0], words[values.index(operands[0])][1]))
         return []
     if base == "alias":
         inner: list[list[tuple[str, bool]]] = []
         for word, literal in words:
             if "=" in word:
-                read = _read_text("alias", redirects, (word.split("=", 1)[1], literal))
+                read = _read_text("alias", reading, (word.split("=", 1)[1], literal))
                 if isinstance(read, Need):
                     return read
                 inner += read
@@ -510,15 +526,15 @@ def _inner_command(base: str, words: list[tuple[str, bool]],
     if base == "env" and any(w in ("-S", "--split-string") or w.startswith("--split-string=") for w, _ in words):
         for i, (word, _) in enumerate(words):
             if word in ("-S", "--split-string") and i + 1 < len(words):
-                return _read_text("env -S", redirects, words[i + 1])
+                return _read_text("env -S", reading, words[i + 1])
         return Need("unreadable", "env -S splits a string into a command that cannot be read here")
     if base in _WRAPPERS or base in _ESCALATE:
-        return _wrapped(base, words, redirects)
+        return _wrapped(base, words, reading)
     return []
 
 
 def _wrapped(base: str, words: list[tuple[str, bool]],
-             redirects: list[tuple[str, str, bool]]) -> list[list[tuple[str, bool]]] | Need:
+             reading: _Reading) -> list[list[tuple[str, bool]]] | Need:
     """The command a wrapper runs: its words after the wrapper's options, assignments and operands.
 
     An option the table does not know may take a value, so the word after it is read both ways:
@@ -526,9 +542,9 @@ def _wrapped(base: str, words: list[tuple[str, bool]],
     texts = _TEXT_OPTIONS.get(base, ())
     for i, (word, literal) in enumerate(words):
         if word in texts and i + 1 < len(words):
-            return _read_text(f"{base} {word}", redirects, words[i + 1])
+            return _read_text(f"{base} {word}", reading, words[i + 1])
         if any(word.startswith(f + "=") for f in texts if f.startswith("--")):
-            return _read_text(base, redirects, (word.split("=", 1)[1], literal))
+            return _read_text(base, reading, (word.split("=", 1)[1], literal))
     values = _VALUE_OPTIONS.get(base, frozenset())
     # Every way to read the options, as positions (with whether the wrapper's own operand is still
     # to come): at most two per word, so the reading stays linear however many options there are.
@@ -563,6 +579,8 @@ def _wrapped(base: str, words: list[tuple[str, bool]],
     need = _risky_assignment(assigned)
     if need is not None:
         return need
+    if len(starts) > _MAX_READINGS:
+        return Need("unreadable", f"{base}'s options cannot be told apart from the command it runs")
     found: list[list[tuple[str, bool]]] = []
     for i in sorted(starts):
         if i >= len(words):
@@ -571,22 +589,25 @@ def _wrapped(base: str, words: list[tuple[str, bool]],
         # watch (always) and sudo -s, su, ... (when the name is not a plain word) run the words
         # as one shell text: read that too.
         if base == "watch" or not re.fullmatch(r"[\w./+:@%,=~-]*", words[i][0]):
-            text = _read_text(base, redirects, (" ".join(w for w, _ in words[i:]), all(lit for _, lit in words[i:])))
+            text = _read_text(base, reading, (" ".join(w for w, _ in words[i:]), all(lit for _, lit in words[i:])))
             if isinstance(text, Need):
                 return text
             found += text
     return found
 
 
-def _read_text(what: str, redirects: list[tuple[str, str, bool]],
+def _read_text(what: str, reading: _Reading,
                word: tuple[str, bool]) -> list[list[tuple[str, bool]]] | Need:
     text, literal = word
+    reading.budget -= len(text)
+    if reading.budget < 0:
+        return Need("unreadable", "the command holds more commands than are read here")
     if not literal:
         return Need("unknown-command", f"{what} runs text known only after expansion")
     inner = simple_commands(text)
     if inner is None:
         return Need("unreadable", f"the text given to {what} could not be read")
-    redirects += inner.redirects
+    reading.redirects += inner.redirects
     return inner.commands
 
 

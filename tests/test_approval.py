@@ -101,6 +101,11 @@ def test_a_risky_command_after_many_others_still_asks() -> None:
         nested = f"eval {shlex.quote(nested)}"  # eval of eval of ... rm, each level quoted again
     need = approval_needed(nested, ATTACKED)
     assert need is not None and need.rule == "deletions", need
+    # Text built to be read many ways (options that may take values, eval of eval) asks once the
+    # reading's bound is reached, instead of reading on.
+    for built in ("sudo -x " * 300 + "ls", "eval " * 5000 + "ls", "watch -x 'a b' " * 3000 + "ls"):
+        need = approval_needed(built, DELETIONS)
+        assert need is not None and need.rule == "unreadable", need
 
 
 @pytest.mark.parametrize("command", [
