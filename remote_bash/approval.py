@@ -367,11 +367,13 @@ def _writes(base: str, words: list[tuple[str, bool]], allowed: list[str]) -> Nee
         targets += [(f, True) for f in sed_effects([w for w, _ in words])[1]]
     elif base in {"cp", "mv", "install", "ln"} and (named_dir := _target_directory(words)) is not None:
         targets = [named_dir]
-        if base == "ln":
+        if base == "ln" or (base == "cp" and any(
+                w in ("--link", "--symbolic-link") or re.fullmatch(r"-[a-zA-Z]*[sl][a-zA-Z]*", w) for w, _ in words)):
             return _links_out(operands, named_dir, allowed)
     elif base in {"cp", "mv", "install", "ln", "rsync"}:
         targets = operands[-1:]
-        if base == "ln":
+        if base == "ln" or (base == "cp" and any(  # cp -s, cp -l: links, as ln makes them
+                w in ("--link", "--symbolic-link") or re.fullmatch(r"-[a-zA-Z]*[sl][a-zA-Z]*", w) for w, _ in words)):
             need = _links_out(operands[:-1] if len(operands) > 1 else operands,
                               operands[-1] if len(operands) > 1 else (".", True), allowed)
             if need is not None:

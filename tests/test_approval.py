@@ -81,6 +81,7 @@ ATTACKED = Host(name="a", hostname="127.0.0.1",
     "crontab /tmp/cron", "alias ls='rm -f F'", "enable -f /tmp/x.so x",
     # writes: through a link made to outside the allowed paths, or to a target named by an option
     "ln -s ~ /tmp/link", "ln -sfn /etc /tmp/link; echo x > /tmp/link/f", "ln /etc/passwd /tmp/hard",
+    "cp -s /etc/passwd /tmp/x", "cp -al /etc /tmp/x", "cp --symbolic-link -t /tmp /etc/shadow",
     "cp -t ~ /tmp/x", "mv --target-directory=/etc /tmp/x", "echo x >& /etc/f", "sed 'w /etc/x' /tmp/f",
     "sed 's/a/b/w /etc/x' /tmp/f",
     # more of the same families, as the README names them
@@ -113,7 +114,8 @@ def test_a_risky_command_after_many_others_still_asks() -> None:
     "chmod 755 /tmp/F", "chmod u+x /tmp/F", "chmod -s /tmp/F", "chmod g-s /tmp/F", "chmod 1777 /tmp/d",
     "python3 -m http.server 8000",
     "LC_ALL=C sort F", "export FOO=bar", "FOO=1 ls", "git -C /tmp/repo status", "git log -1", "trap - EXIT",
-    "ln -s /tmp/a /tmp/b", "cp -t /tmp/d /etc/hosts", "awk -F'|' '{print $1}' F", "echo x >&2",
+    "ln -s /tmp/a /tmp/b", "cp -t /tmp/d /etc/hosts", "cp -r /etc/skel /tmp/x",
+    "cp -s /tmp/a /tmp/b", "awk -F'|' '{print $1}' F", "echo x >&2",
     "find . -name '*.py' -exec grep -l x {} +", "PAGER=cat git log", "SYSTEMD_PAGER= systemctl status x",
     ". /etc/os-release && echo $ID", "nice -n 5 ls", "timeout 5 ls", "crontab -l", "watch -n 1 df -h",
 ])
