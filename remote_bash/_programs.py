@@ -2,7 +2,8 @@
 
 Used by :mod:`remote_bash.approval` to tell, from a command's words, whether ``chmod`` sets a
 setuid bit, whether a ``sed`` script runs commands or writes files, whether an interpreter runs a
-program given inline (or read from its input), and whether ``git`` is told to run something. Each
+program given inline (or read from its input), whether ``git`` is told to run something, and
+where the command a wrapper (``sudo -u root``, ``timeout -s KILL 5``) runs starts. Each
 reader errs towards "it may": a form it does not know is reported as such, never as harmless.
 """
 
@@ -10,7 +11,41 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["awk_runs", "git_runs", "inline_program", "mode_sets_special", "sed_effects"]
+__all__ = ["TEXT_OPTIONS", "awk_runs", "git_runs", "inline_program", "mode_sets_special", "sed_effects",
+           "wrapper_starts"]
+
+# Wrappers whose first operand is theirs (a lock file, a directory, a time), not the command's name.
+_OWN_OPERAND = frozenset({"flock", "chroot", "faketime"})
+# How many ways a wrapper's options may be read before it asks instead (each is read in full).
+_MAX_READINGS = 8
+# Wrappers whose leading numbers are theirs (a duration, a priority, a CPU list).
+_NUMBER_OPERAND = frozenset({"timeout", "nice", "chrt", "taskset", "flock", "ionice"})
+_SU = ("-s", "-g", "-G", "-w", "--shell", "--group", "--supp-group", "--whitelist-environment")
+# Wrapper options that take the next word as their value. Any other option might too: the word
+# after it is then read both as its value and as the start of the command (see wrapper_starts).
+_VALUE_OPTIONS: dict[str, frozenset[str]] = {name: frozenset(opts) for name, opts in {
+    "sudo": ("-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "-T", "--user", "--group", "--chdir",
+             "--chroot", "--close-from", "--host", "--prompt", "--role", "--type", "--other-user",
+             "--command-timeout"),
+    "doas": ("-u", "-C"), "su": _SU, "runuser": (*_SU, "-u", "--user"), "pkexec": ("--user",), "exec": ("-a",),
+    "env": ("-u", "-C", "--unset", "--chdir"), "timeout": ("-s", "-k", "--signal", "--kill-after"),
+    "nice": ("-n", "--adjustment"), "ionice": ("-c", "-n", "-p", "-P", "-u", "--class", "--classdata"),
+    "stdbuf": ("-i", "-o", "-e", "--input", "--output", "--error"), "watch": ("-n", "--interval"),
+    "time": ("-f", "-o", "--format", "--output"),
+    "xargs": ("-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s", "--arg-file", "--delimiter", "--max-args",
+              "--max-procs", "--max-chars", "--max-lines", "--process-slot-var", "--eof"),
+    "nsenter": ("-t", "-S", "-G", "--target", "--setuid", "--setgid"),
+    "unshare": ("-S", "-G", "-R", "-w", "--setuid", "--setgid", "--propagation", "--root", "--wd"),
+    "systemd-run": ("-p", "-u", "-E", "-M", "-H", "--property", "--unit", "--setenv", "--machine", "--host",
+                    "--uid", "--gid", "--nice", "--working-directory", "--description", "--slice"),
+    "flock": ("-w", "--wait", "--timeout", "-E", "--conflict-exit-code"), "proxychains": ("-f",),
+    "torsocks": ("-u", "-p", "-a", "-P"), "faketime": ("-p",),
+}.items()}
+# Wrappers that run a text given to an option through a shell.
+TEXT_OPTIONS: dict[str, tuple[str, ...]] = {"su": ("-c", "--command", "--session-command"),
+                                             "runuser": ("-c", "--command", "--session-command"),
+                                             "flock": ("-c", "--command")}
+_ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?\+?=")
 
 _CLAUSE = re.compile(r"[ugoa]*((?:[-+=](?:[rwxXst]*|[ugo]|[0-7]+))+)")
 _ACTION = re.compile(r"([-+=])([rwxXst]*|[ugo]|[0-7]+)")
@@ -270,3 +305,44 @@ def awk_runs(base: str, words: list[str]) -> str | None:
     if any(re.search(r"system|getline|close|fflush|[>|]|@load|@include", p) for p in programs):
         return f"{base}'s program can write files or run commands, which the text does not show"
     return None
+
+
+def wrapper_starts(base: str, words: list[str]) -> tuple[list[int] | None, list[str]]:
+    """Where the command a wrapper runs may start in its words (after the wrapper's options, their
+    values, assignments and operands), and the assignments it makes. An option the table does not
+    know may take a value, so the word after it is read both ways. None for the starts when there
+    are more readings than are read here."""
+    values = _VALUE_OPTIONS.get(base, frozenset())
+    # Every way to read the options, as positions (with whether the wrapper's own operand is still
+    # to come): at most two per word, so the reading stays linear however many options there are.
+    todo, seen, starts, assigned = [(0, base in _OWN_OPERAND)], set(), set(), []
+    while todo:
+        state = todo.pop()
+        if state in seen:
+            continue
+        seen.add(state)
+        i, own = state
+        if i >= len(words):
+            continue
+        word = words[i]
+        match = _ASSIGN.match(word)
+        if word == "--":
+            starts.add(i + 2 if own else i + 1)
+        elif word in values:
+            todo.append((i + 2, own))
+        elif word.startswith("-") and len(word) > 1:
+            todo.append((i + 1, own))
+            if "=" not in word:
+                todo.append((i + 2, own))  # in case it takes a value the table does not know
+        elif match is not None:
+            assigned.append(word)
+            todo.append((i + 1, own))
+        elif base in _NUMBER_OPERAND and word[:1].isdigit():
+            todo.append((i + 1, own))
+        elif own:
+            todo.append((i + 1, False))
+        else:
+            starts.add(i)
+    if len(starts) > _MAX_READINGS:
+        return None, assigned
+    return sorted(i for i in starts if i < len(words)), assigned

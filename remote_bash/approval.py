@@ -19,14 +19,22 @@ caller's job: this module only decides whether to ask, and remembers time-limite
 
 from __future__ import annotations
 
-import posixpath
 import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from remote_bash._programs import awk_runs, git_runs, inline_program, mode_sets_special, sed_effects
+from remote_bash._approval_writes import OUTPUT_REDIRECTS, inside, writes_outside
+from remote_bash._programs import (
+    TEXT_OPTIONS,
+    awk_runs,
+    git_runs,
+    inline_program,
+    mode_sets_special,
+    sed_effects,
+    wrapper_starts,
+)
 from remote_bash.models import ApproveRule, Host, RegexApproveRule, WritesOutsideRule
 from remote_bash.policy import simple_commands
 
@@ -74,37 +82,6 @@ _CODE_VARIABLES = re.compile(
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?\+?=")
 _DECLARERS = frozenset({"export", "declare", "typeset", "readonly", "local"})
 _PACKAGE_MODULES = frozenset({"pip", "pip3", "ensurepip"})
-# Wrappers whose first operand is theirs (a lock file, a directory, a time), not the command's name.
-_OWN_OPERAND = frozenset({"flock", "chroot", "faketime"})
-# How many ways a wrapper's options may be read before it asks instead (each is read in full).
-_MAX_READINGS = 8
-# Wrappers whose leading numbers are theirs (a duration, a priority, a CPU list).
-_NUMBER_OPERAND = frozenset({"timeout", "nice", "chrt", "taskset", "flock", "ionice"})
-_SU = ("-s", "-g", "-G", "-w", "--shell", "--group", "--supp-group", "--whitelist-environment")
-# Wrapper options that take the next word as their value. Any other option might too: the word
-# after it is then read both as its value and as the start of the command (see _wrapped).
-_VALUE_OPTIONS: dict[str, frozenset[str]] = {name: frozenset(opts) for name, opts in {
-    "sudo": ("-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "-T", "--user", "--group", "--chdir",
-             "--chroot", "--close-from", "--host", "--prompt", "--role", "--type", "--other-user",
-             "--command-timeout"),
-    "doas": ("-u", "-C"), "su": _SU, "runuser": (*_SU, "-u", "--user"), "pkexec": ("--user",), "exec": ("-a",),
-    "env": ("-u", "-C", "--unset", "--chdir"), "timeout": ("-s", "-k", "--signal", "--kill-after"),
-    "nice": ("-n", "--adjustment"), "ionice": ("-c", "-n", "-p", "-P", "-u", "--class", "--classdata"),
-    "stdbuf": ("-i", "-o", "-e", "--input", "--output", "--error"), "watch": ("-n", "--interval"),
-    "time": ("-f", "-o", "--format", "--output"),
-    "xargs": ("-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s", "--arg-file", "--delimiter", "--max-args",
-              "--max-procs", "--max-chars", "--max-lines", "--process-slot-var", "--eof"),
-    "nsenter": ("-t", "-S", "-G", "--target", "--setuid", "--setgid"),
-    "unshare": ("-S", "-G", "-R", "-w", "--setuid", "--setgid", "--propagation", "--root", "--wd"),
-    "systemd-run": ("-p", "-u", "-E", "-M", "-H", "--property", "--unit", "--setenv", "--machine", "--host",
-                    "--uid", "--gid", "--nice", "--working-directory", "--description", "--slice"),
-    "flock": ("-w", "--wait", "--timeout", "-E", "--conflict-exit-code"), "proxychains": ("-f",),
-    "torsocks": ("-u", "-p", "-a", "-P"), "faketime": ("-p",),
-}.items()}
-# Wrappers that run a text given to an option through a shell.
-_TEXT_OPTIONS: dict[str, tuple[str, ...]] = {"su": ("-c", "--command", "--session-command"),
-                                             "runuser": ("-c", "--command", "--session-command"),
-                                             "flock": ("-c", "--command")}
 _ESCALATE = frozenset({"sudo", "su", "doas", "pkexec", "runuser", "setpriv", "sudoedit", "machinectl"})
 _ACCOUNTS = frozenset({"useradd", "userdel", "usermod", "adduser", "deluser", "groupadd", "groupdel",
                        "groupmod", "gpasswd", "passwd", "chpasswd", "visudo", "setcap", "newgrp"})
@@ -135,9 +112,6 @@ _SERVICE_VERBS = frozenset({"start", "stop", "restart", "reload", "force-reload"
 _POWER = frozenset({"reboot", "shutdown", "halt", "poweroff", "init", "telinit", "kill", "pkill", "killall",
                     "killall5", "rc-service", "sv", "initctl", "supervisorctl", "launchctl"})
 _DELETERS = frozenset({"rm", "rmdir", "unlink", "shred", "srm", "wipefs", "truncate", "blkdiscard"})
-_WRITERS = frozenset({"cp", "mv", "install", "ln", "rsync", "touch", "mkdir", "tee", "truncate", "chmod", "chown",
-                      "chgrp", "sed", "patch", "tar", "unzip", "rm", "rmdir", "unlink", "shred", "dd"})
-_OUTPUT_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&"})
 
 
 @dataclass(frozen=True)
@@ -225,9 +199,9 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
         if need is not None:
             return need
         if allowed_paths is not None:
-            need = _writes(base, words[1:], allowed_paths)
-            if need is not None:
-                return need
+            why = writes_outside(base, words[1:], allowed_paths)
+            if why is not None:
+                return Need("writes_outside", why)
         inner = _inner_command(base, words[1:], reading)
         if isinstance(inner, Need):
             return inner
@@ -239,7 +213,7 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
         return Need("unreadable", "the command holds more commands than are read here")
     if allowed_paths is not None:
         for op, target, literal in redirects:
-            if op in _OUTPUT_REDIRECTS and not _inside(target, literal, allowed_paths):
+            if op in OUTPUT_REDIRECTS and not inside(target, literal, allowed_paths):
                 return Need("writes_outside", f"it writes to {target!r}, outside {', '.join(allowed_paths)}")
     return None
 
@@ -353,103 +327,6 @@ def _classify(base: str, args: list[str], classes: frozenset[str]) -> Need | Non
     return None
 
 
-def _writes(base: str, words: list[tuple[str, bool]], allowed: list[str]) -> Need | None:
-    operands = [(w, lit) for w, lit in words if not w.startswith("-")]
-    named = _option_targets(base, words)
-    if named is not None:
-        targets = named
-    elif base not in _WRITERS:
-        return None
-    elif base == "dd":
-        targets = [(w[3:], lit) for w, lit in words if w.startswith("of=")]
-    elif base == "sed":
-        targets = operands[1:] if any(w.startswith("-i") or w == "--in-place" for w, _ in words) else []
-        targets += [(f, True) for f in sed_effects([w for w, _ in words])[1]]
-    elif base in {"cp", "mv", "install", "ln"} and (named_dir := _target_directory(words)) is not None:
-        targets = [named_dir]
-        if base == "ln" or (base == "cp" and any(
-                w in ("--link", "--symbolic-link") or re.fullmatch(r"-[a-zA-Z]*[sl][a-zA-Z]*", w) for w, _ in words)):
-            return _links_out(operands, named_dir, allowed)
-    elif base in {"cp", "mv", "install", "ln", "rsync"}:
-        targets = operands[-1:]
-        if base == "ln" or (base == "cp" and any(  # cp -s, cp -l: links, as ln makes them
-                w in ("--link", "--symbolic-link") or re.fullmatch(r"-[a-zA-Z]*[sl][a-zA-Z]*", w) for w, _ in words)):
-            need = _links_out(operands[:-1] if len(operands) > 1 else operands,
-                              operands[-1] if len(operands) > 1 else (".", True), allowed)
-            if need is not None:
-                return need
-    elif base in {"chmod", "chown", "chgrp"}:
-        targets = operands[1:]
-    elif base in {"tar", "unzip"}:
-        targets = []  # where an archive writes is decided by its content and -C: asked about as a whole
-        if operands:
-            return Need("writes_outside", f"{base!r} extracts files where the archive says")
-    else:
-        targets = operands
-    for target, literal in targets:
-        if not _inside(target, literal, allowed):
-            return Need("writes_outside", f"{base} writes to {target!r}, outside {', '.join(allowed)}")
-    return None
-
-
-def _target_directory(words: list[tuple[str, bool]]) -> tuple[str, bool] | None:
-    """The directory of ``-t DIR``/``--target-directory=DIR`` (cp, mv, install, ln), or None."""
-    for i, (word, literal) in enumerate(words):
-        if word in ("-t", "--target-directory") and i + 1 < len(words):
-            return words[i + 1]
-        if word.startswith("--target-directory="):
-            return word.split("=", 1)[1], literal
-        match = None if word.startswith("--") else re.fullmatch(r"-[A-Za-z]*?t(.*)", word)
-        if match is not None:
-            return (match.group(1), literal) if match.group(1) else words[i + 1] if i + 1 < len(words) else None
-    return None
-
-
-def _links_out(sources: list[tuple[str, bool]], link: tuple[str, bool], allowed: list[str]) -> Need | None:
-    """A link under an allowed path to a file or directory outside them: later writes through it
-    land outside. A relative symlink target is read from the link's directory."""
-    where, where_literal = link
-    base_dir = where if where.endswith("/") else posixpath.dirname(where)
-    for target, literal in sources:
-        if target.startswith("-"):
-            continue
-        resolved = target
-        if literal and not target.startswith(("/", "~")) and where_literal and where.startswith("/"):
-            resolved = posixpath.normpath(posixpath.join(base_dir or "/", target))
-        if not _inside(resolved, literal, allowed):
-            return Need("writes_outside", f"ln links {target!r} from under {', '.join(allowed)}: writes through the "
-                                          f"link would land outside them")
-    return None
-
-
-def _option_targets(base: str, words: list[tuple[str, bool]]) -> list[tuple[str, bool]] | None:
-    """Where programs that write to a file named by an option (or to the current directory) write;
-    None for programs that are not such writers."""
-    values = [w for w, _ in words]
-    if base in ("curl", "wget", "sort"):
-        flags = {"curl": ("-o", "--output"), "wget": ("-O", "--output-document"), "sort": ("-o", "--output")}[base]
-        cluster = re.compile(r"-[A-Za-z]*" + flags[0][1])  # -so, -sSLo: the last short flag takes the value
-        found = [words[i + 1] for i, w in enumerate(values[:-1]) if w in flags or cluster.fullmatch(w)]
-        found += [(w.split("=", 1)[1], lit) for w, lit in words if any(w.startswith(f + "=") for f in flags)]
-        if base == "curl" and any(w in ("-O", "--remote-name", "-J") for w in values):
-            found.append((".", True))  # into the current directory
-        if base == "wget" and not found and any(not w.startswith("-") for w in values):
-            found.append((".", True))
-        return found
-    if base == "git" and values and values[0] in ("init", "clone"):
-        operands = [(w, lit) for w, lit in words[1:] if not w.startswith("-")]
-        return operands[-1:] if operands and (values[0] == "init" or len(operands) > 1) else [(".", True)]
-    return None
-
-
-def _inside(target: str, literal: bool, allowed: list[str]) -> bool:
-    if target in {"/dev/null", "/dev/stdout", "/dev/stderr"} or re.fullmatch(r"[0-9]+|-", target):
-        return True
-    if not literal or not target.startswith("/") or "/../" in f"{target}/":
-        return False  # a relative or expanded path: where it lands depends on the shell's state
-    return any(target == p.rstrip("/") or target.startswith(p.rstrip("/") + "/") for p in allowed)
-
-
 def _inner_command(base: str, words: list[tuple[str, bool]],
                    reading: _Reading) -> list[list[tuple[str, bool]]] | Need:
     """Commands a wrapper runs: ``sudo rm x`` also runs ``rm x``; ``bash -c 'text'`` runs ``text``."""
@@ -541,52 +418,20 @@ def _wrapped(base: str, words: list[tuple[str, bool]],
 
     An option the table does not know may take a value, so the word after it is read both ways:
     as that value (the command starts after it) and as the command's name."""
-    texts = _TEXT_OPTIONS.get(base, ())
+    texts = TEXT_OPTIONS.get(base, ())
     for i, (word, literal) in enumerate(words):
         if word in texts and i + 1 < len(words):
             return _read_text(f"{base} {word}", reading, words[i + 1])
         if any(word.startswith(f + "=") for f in texts if f.startswith("--")):
             return _read_text(base, reading, (word.split("=", 1)[1], literal))
-    values = _VALUE_OPTIONS.get(base, frozenset())
-    # Every way to read the options, as positions (with whether the wrapper's own operand is still
-    # to come): at most two per word, so the reading stays linear however many options there are.
-    todo, seen, starts, assigned = [(0, base in _OWN_OPERAND)], set(), set(), []
-    while todo:
-        state = todo.pop()
-        if state in seen:
-            continue
-        seen.add(state)
-        i, own = state
-        if i >= len(words):
-            continue
-        word = words[i][0]
-        match = _ASSIGN.match(word)
-        if word == "--":
-            starts.add(i + 2 if own else i + 1)
-        elif word in values:
-            todo.append((i + 2, own))
-        elif word.startswith("-") and len(word) > 1:
-            todo.append((i + 1, own))
-            if "=" not in word:
-                todo.append((i + 2, own))  # in case it takes a value the table does not know
-        elif match is not None:
-            assigned.append(word)
-            todo.append((i + 1, own))
-        elif base in _NUMBER_OPERAND and word[:1].isdigit():
-            todo.append((i + 1, own))
-        elif own:
-            todo.append((i + 1, False))
-        else:
-            starts.add(i)
+    starts, assigned = wrapper_starts(base, [w for w, _ in words])
     need = _risky_assignment(assigned)
     if need is not None:
         return need
-    if len(starts) > _MAX_READINGS:
+    if starts is None:
         return Need("unreadable", f"{base}'s options cannot be told apart from the command it runs")
     found: list[list[tuple[str, bool]]] = []
-    for i in sorted(starts):
-        if i >= len(words):
-            continue
+    for i in starts:
         found.append(words[i:])
         # watch (always) and sudo -s, su, ... (when the name is not a plain word) run the words
         # as one shell text: read that too.

@@ -161,7 +161,7 @@ def test_wrapper_options_with_values_do_not_hide_the_command(command: str) -> No
 
 @given(st.data())
 def test_any_option_of_a_wrapper_before_a_deletion_asks(data: st.DataObject) -> None:
-    from remote_bash.approval import _VALUE_OPTIONS
+    from remote_bash._programs import _VALUE_OPTIONS
 
     wrapper = data.draw(st.sampled_from(sorted(_VALUE_OPTIONS)))
     options = data.draw(st.lists(st.one_of(st.sampled_from(sorted(_VALUE_OPTIONS[wrapper])),
