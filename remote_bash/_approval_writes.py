@@ -39,11 +39,11 @@ def writes_outside(base: str, words: list[tuple[str, bool]], allowed: list[str])
     elif base in {"cp", "mv", "install", "ln"} and (named_dir := _target_directory(words)) is not None:
         targets = [named_dir]
         if _links(base, words):
-            return _links_out(operands, named_dir, allowed)
+            return _links_out(base, operands, named_dir, allowed)
     elif base in {"cp", "mv", "install", "ln", "rsync"}:
         targets = operands[-1:]
         if _links(base, words):
-            why = _links_out(operands[:-1] if len(operands) > 1 else operands,
+            why = _links_out(base, operands[:-1] if len(operands) > 1 else operands,
                              operands[-1] if len(operands) > 1 else (".", True), allowed)
             if why is not None:
                 return why
@@ -74,7 +74,7 @@ def _target_directory(words: list[tuple[str, bool]]) -> tuple[str, bool] | None:
     return None
 
 
-def _links_out(sources: list[tuple[str, bool]], link: tuple[str, bool], allowed: list[str]) -> str | None:
+def _links_out(base: str, sources: list[tuple[str, bool]], link: tuple[str, bool], allowed: list[str]) -> str | None:
     """A link under an allowed path to a file or directory outside them: later writes through it
     land outside. A relative symlink target is read from the link's directory."""
     where, where_literal = link
@@ -86,7 +86,7 @@ def _links_out(sources: list[tuple[str, bool]], link: tuple[str, bool], allowed:
         if literal and not target.startswith(("/", "~")) and where_literal and where.startswith("/"):
             resolved = posixpath.normpath(posixpath.join(base_dir or "/", target))
         if not inside(resolved, literal, allowed):
-            return (f"ln links {target!r} from under {', '.join(allowed)}: writes through the link would land "
+            return (f"{base} links {target!r} from under {', '.join(allowed)}: writes through the link would land "
                     "outside them")
     return None
 
