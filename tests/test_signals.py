@@ -1,4 +1,4 @@
-"""SIGTERM and SIGHUP end every command as Ctrl-C does, against real sshd.
+"""How a stopped command ends and is told: SIGTERM and SIGHUP as Ctrl-C, strays named, against real sshd.
 
 ``timeout``, CI cancels, systemd and a closed terminal send these: the remote command must be
 killed on the host and the kill audited, the process must exit 128 + the signal with one line
@@ -7,9 +7,11 @@ naming it. The same for the kept session's background process and the MCP server
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -169,3 +171,46 @@ def test_a_second_sigterm_does_not_cut_the_kill_short_and_says_so(env: dict[str,
     assert processes_with(marker, hosts.user) == []
     end = _ended(audit_records(env, "sig-a"), marker)
     assert end["interrupted"] is True and "KILL" in end["kill"]["signals"]
+
+
+def test_a_timeout_that_left_strays_says_so_in_its_one_line(env: dict[str, str], hosts: TestHosts) -> None:
+    mark = str(uuid.uuid4().int)[:12]
+    # A daemon that cleared its environment and left the process tree: on a host without a cgroup
+    # per login it cannot be found for sure, and that must reach the terminal, not only --json.
+    out = cli(env, "exec", "--timeout", "1.5", "sig-a", "--",
+              f"(env -i setsid sh -c 'sleep 300; : {mark}' &); echo started; sleep 100")
+    try:
+        assert out.returncode == 124, out.stderr
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and "was killed; not checked:" in lines[0], out.stderr
+        pids = [line.split()[0] for line in processes_with(mark, hosts.user)]
+        assert pids and any(pid in lines[0] for pid in pids), (pids, lines)
+    finally:
+        for line in processes_with(mark, hosts.user):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(line.split()[0]), signal.SIGKILL)
+
+
+def test_the_http_server_names_an_ipv6_url_in_brackets_and_stops_on_sigterm(env: dict[str, str]) -> None:
+    probe = socket.socket(socket.AF_INET6)
+    probe.bind(("::1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    proc = subprocess.Popen([*CLI, "mcp", "--http", f"[::1]:{port}"], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        banner = proc.stderr.readline()
+        assert f"bearer token for http://[::1]:{port}/mcp: " in banner, banner
+        wait_until(lambda: _listening(port), within=30, what="the HTTP server to listen")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 143
+    finally:
+        proc.kill()
+        _, stderr = proc.communicate()
+    assert "stopped by SIGTERM" in stderr
+
+
+def _listening(port: int) -> bool:
+    with socket.socket(socket.AF_INET6) as sock:
+        return sock.connect_ex(("::1", port)) == 0
