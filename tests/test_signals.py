@@ -22,6 +22,7 @@ import pytest
 
 from remote_bash.models import Host
 
+from .messages_server import MessagesServer, Reply, text, tool_use
 from .sshd import TestHosts, processes_with
 from .test_cli import CLI, audit_records, base_env, cli, host_entry, write_inventory
 from .test_keep import daemon_pids
@@ -86,6 +87,15 @@ def test_fleet_exec_killed_by_sigterm_kills_on_the_host(env: dict[str, str], hos
     marker = f"sleep 300.{str(uuid.uuid4().int)[:9]}"
     stderr = _stopped(_start(env, "fleet", "exec", "sig-a", "--", marker), signal.SIGTERM, hosts, marker)
     assert "SIGTERM" in stderr
+    assert _ended(audit_records(env, "sig-a"), marker)["interrupted"] is True
+
+
+def test_run_killed_by_sigterm_kills_claudes_command(env: dict[str, str], hosts: TestHosts) -> None:
+    marker = f"sleep 300.{str(uuid.uuid4().int)[:9]}"
+    with MessagesServer([Reply([tool_use({"command": marker}, id="toolu_sig1")]), Reply([text("done")])]) as server:
+        run_env = {**env, "ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "test-key"}
+        stderr = _stopped(_start(run_env, "run", "--host", "sig-a", "wait"), signal.SIGTERM, hosts, marker)
+    assert "stopped by SIGTERM" in stderr
     assert _ended(audit_records(env, "sig-a"), marker)["interrupted"] is True
 
 
@@ -214,3 +224,19 @@ def test_the_http_server_names_an_ipv6_url_in_brackets_and_stops_on_sigterm(env:
 def _listening(port: int) -> bool:
     with socket.socket(socket.AF_INET6) as sock:
         return sock.connect_ex(("::1", port)) == 0
+
+
+def test_sighup_to_an_idle_shell_closes_its_session_at_once(env: dict[str, str]) -> None:
+    # A closed terminal: the prompt waits for a line that never comes; that read must not hold the exit.
+    proc = subprocess.Popen([*CLI, "shell", "sig-a"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        assert proc.stderr.readline().startswith("connected to sig-a")
+        proc.send_signal(signal.SIGHUP)
+        assert proc.wait(25) == 129  # within the 30 s after which stopping gives up
+    finally:
+        proc.kill()
+        _, stderr = proc.communicate()
+    assert "stopped by SIGHUP" in stderr and "did not finish" not in stderr, stderr
+    assert audit_records(env, "sig-a")[-1]["event"] == "session.end"

@@ -14,6 +14,7 @@ from ._output import (
     EXIT_TIMEOUT,
     PROG,
     _err,
+    _one_line,
     _out,
     _out_json,
     _out_raw,

@@ -68,8 +68,8 @@ def status(code: int) -> int:
         return code
     if not _finished.is_set():
         _finished.set()
-        _err(f"{PROG}: stopped by {name(signum)}, as Ctrl-C stops it: a command running on a host was "
-             "killed and audited")
+        _err(f"{PROG}: stopped by {name(signum)}: as on Ctrl-C, what was running on a host was killed and "
+             "audited, and the sessions closed")
     return 128 + signum
 
 
