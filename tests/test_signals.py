@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -240,3 +241,27 @@ def test_sighup_to_an_idle_shell_closes_its_session_at_once(env: dict[str, str])
         _, stderr = proc.communicate()
     assert "stopped by SIGHUP" in stderr and "did not finish" not in stderr, stderr
     assert audit_records(env, "sig-a")[-1]["event"] == "session.end"
+
+
+STUCK = """
+import os, signal, sys, threading
+from remote_bash.cli import _signals
+_signals.CLEANUP_DEADLINE = 0.5
+_signals.install()
+stuck = threading.Event()
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    stuck.wait(5)
+except KeyboardInterrupt:
+    print("cleaning up", flush=True)
+    stuck.wait(60)  # a cleanup that never ends
+sys.exit(0)
+"""
+
+
+def test_stopping_that_does_not_finish_gives_up_at_its_deadline_and_says_so() -> None:
+    out = subprocess.run([sys.executable, "-c", STUCK], capture_output=True, text=True, timeout=30,
+                         cwd=Path(__file__).resolve().parents[1], check=False)
+    assert out.returncode == 143, out
+    assert out.stdout == "cleaning up\n"
+    assert "stopped by SIGTERM, but stopping did not finish within 0.5 s" in out.stderr, out.stderr
