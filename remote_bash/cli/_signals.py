@@ -95,12 +95,13 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     threading.Thread(target=_watchdog, args=(signum,), name="remote-bash-stop", daemon=True).start()
     handler = signal.getsignal(signal.SIGINT)
     if callable(handler) and getattr(handler, "__module__", "") != "asyncio.unix_events":
-        # The asyncio runner's handler (cancel the main task), Python's default (KeyboardInterrupt)
-        # or a command's own Ctrl-C handler (exec --keep: ask the kept session to kill the call).
+        # The asyncio runner's handler (cancel the main task), Python's default (KeyboardInterrupt;
+        # the shell asks received() whether to end rather than draw a fresh prompt) or a command's
+        # own Ctrl-C handler (exec --keep: ask the kept session to kill the call).
         handler(signal.SIGINT, frame)
         return
-    # Ignored, or routed to an event loop callback that only interrupts a single command (shell):
-    # a terminating signal ends the whole command, which unwinds through the same cancellation.
+    # Ignored, or routed to an event loop callback that may only interrupt a single command: a
+    # terminating signal ends the whole command, which unwinds through the same cancellation.
     raise KeyboardInterrupt
 
 
