@@ -475,3 +475,39 @@ def test_every_world_writable_place_is_among_those_cleaned(tmp_path: Path) -> No
         assert len(places) == len(set(places)) and Path("/var/lock") not in places  # the same as /run/lock
     finally:
         extra.rmdir()
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="writes in /var/spool/cron and /var/lib/systemd as another UID")
+def test_a_crontab_an_at_job_and_lingering_of_the_uid_are_removed() -> None:
+    from remote_bash.sandbox._leftovers import remove_leftovers
+
+    uid = 3_999_000 + int(uuid.uuid4().int % 900)
+    name = f"rb-sandbox-{uuid.uuid4().hex[:6]}"
+    made_dirs: list[Path] = []  # what this test creates, parents first, to remove afterwards
+    for directory in (Path("/var/spool/cron/crontabs"), Path("/var/spool/cron/atjobs"),
+                      Path("/var/lib/systemd/linger")):
+        missing = [d for d in (*reversed(directory.parents), directory) if not d.exists()]
+        for d in missing:
+            d.mkdir()
+        made_dirs += missing
+    for directory, mode in ((Path("/var/spool/cron/crontabs"), 0o1730), (Path("/var/spool/cron/atjobs"), 0o1770)):
+        if directory in made_dirs:
+            directory.chmod(mode)  # as Debian's cron and at make them: the user cannot enter them
+    crontab, at_job = Path("/var/spool/cron/crontabs") / name, Path("/var/spool/cron/atjobs") / f"a0001{uid}"
+    linger, other = Path("/var/lib/systemd/linger") / name, Path("/var/spool/cron/crontabs") / f"{name}-other"
+    try:
+        for path in (crontab, at_job, other):
+            path.write_text("* * * * * true\n")
+        os.chown(crontab, uid, uid)
+        os.chown(at_job, uid, uid)
+        os.chown(other, uid + 1, uid + 1)  # another UID's: left alone
+        linger.touch()  # root's file, named after the user
+        assert remove_leftovers(uid, uid, name=name) == []
+        assert not crontab.exists() and not at_job.exists() and not linger.exists()
+        assert other.exists()
+    finally:
+        for path in (crontab, at_job, linger, other):
+            path.unlink(missing_ok=True)
+        for directory in reversed(made_dirs):
+            with contextlib.suppress(OSError):
+                directory.rmdir()

@@ -30,9 +30,11 @@ _log = logging.getLogger(__name__)
 
 TEMP_DIRS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))  # noqa: S108
 # Shared places on a Debian or Ubuntu system a user can leave things in, beside TEMP_DIRS; those
-# that do not exist are skipped. /var/spool/cron holds crontabs and at jobs, owned by their user.
-SHARED_DIRS = (Path("/run/lock"), Path("/var/lock"), Path("/var/crash"), Path("/var/spool/cron"),
-               Path("/var/lib/php/sessions"), Path("/var/mail"))
+# that do not exist are skipped. Crontabs and at jobs are owned by their user, but written by
+# setgid programs into directories the user cannot enter: each is a place of its own.
+SHARED_DIRS = (Path("/run/lock"), Path("/var/lock"), Path("/var/crash"), Path("/var/spool/cron/crontabs"),
+               Path("/var/spool/cron/atjobs"), Path("/var/spool/cron/atspool"), Path("/var/lib/php/sessions"),
+               Path("/var/mail"))
 # Other world-writable directories are looked for one level below these (a package's own spool
 # or socket directory); deeper ones are rare enough that a whole-disk walk per stop is not worth it.
 _SEARCHED = (Path("/"), Path("/var"), Path("/run"), Path("/dev"), Path("/var/lib"), Path("/var/spool"),
@@ -171,8 +173,9 @@ def shared_places(roots: tuple[Path, ...] = TEMP_DIRS + SHARED_DIRS) -> tuple[Pa
                 st = entry.stat(follow_symlinks=False)
                 if stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_IWOTH and entry.name not in ("proc", "sys"):
                     found[Path(entry.path).resolve()] = None
-    # A place inside another is walked with it.
-    return tuple(p for p in found if not any(q != p and q in p.parents for q in found))
+    # A place inside another stays a place of its own: the walk enters only directories the user
+    # could enter, and a crontab directory is not one of them.
+    return tuple(found)
 
 
 def _remove_message_queues(uid: int, gid: int, *, max_entries: int, deadline: float) -> list[str]:
