@@ -1,7 +1,10 @@
 """Reading the user's ``~/.ssh/config`` as OpenSSH does, for the settings an inventory host borrows.
 
 Only ``HostName``, ``User``, ``Port``, ``IdentityFile`` and ``ProxyJump`` are read, with OpenSSH's
-rules (ssh_config(5)):
+rules (ssh_config(5)). Options that would send the connection elsewhere or change which key is
+trusted, and that remote_bash does not carry out (``ProxyCommand`` other than ``none``,
+``HostKeyAlias``, ``CanonicalizeHostname`` yes or always), are refused with an error naming the
+line rather than silently ignored.
 
 - the first value obtained for a keyword wins, except ``IdentityFile``: every one is kept, in order;
 - lines before the first ``Host`` apply to every host; ``Host`` patterns (``*``, ``?``, ``!``,
@@ -44,6 +47,33 @@ _KEYS = {
     "identityfile": "identity_file",
     "proxyjump": "jump",
 }
+# Options that would change where the connection goes, or which known_hosts entry is trusted, and
+# that remote_bash does not carry out: ignoring one would dial another way than the user set up (a
+# trust problem), so the host is refused instead. Options it ignores cannot change the host key
+# decision nor the address dialled: they only make the connection stricter (StrictHostKeyChecking,
+# UserKnownHostsFile: the inventory's pin decides), ask for something it never does (Tunnel,
+# LocalCommand, ForwardAgent, ControlMaster) or shape the socket (BindAddress, ConnectTimeout).
+_REFUSED = {
+    "proxycommand": (
+        "{value!r} (for {alias!r}) is not supported: remote_bash never runs a local command to "
+        "connect, and would otherwise dial the host directly. Use ProxyJump with an inventory host, or "
+        "set jump: on the host in the inventory (or put 'ProxyCommand none' in a Host block for this alias "
+        "before this line)"
+    ),
+    "hostkeyalias": (
+        "{value!r} (for {alias!r}) is not supported: remote_bash checks the host key under the "
+        "host's address and port in the inventory's known_hosts, not under an alias. Add the key under "
+        "[HOSTNAME]:PORT to that known_hosts, or set known_hosts: on the host to a file that holds it"
+    ),
+    "canonicalizehostname": (
+        "{value!r} (for {alias!r}) is not supported: remote_bash connects to the "
+        "HostName as written and would not reach the name ssh would. Set the full name as HostName (or "
+        "hostname: in the inventory), or put 'CanonicalizeHostname no' in a Host block for this alias"
+    ),
+}
+_NAMES = {"proxycommand": "ProxyCommand", "hostkeyalias": "HostKeyAlias",
+          "canonicalizehostname": "CanonicalizeHostname"}
+_HARMLESS = {"proxycommand": {"none"}, "canonicalizehostname": {"no", "false"}}
 _MAX_INCLUDE_DEPTH = 16  # as OpenSSH's READCONF_MAX_DEPTH
 _EVALUATED = frozenset({"host", "originalhost", "user", "localuser"})
 _NOT_EVALUATED = frozenset(
@@ -91,12 +121,16 @@ def read_ssh_config(
     path: str | os.PathLike[str] | None = None,
     home: Path | None = None,
     included: dict[str, str] | None = None,
+    overridden: Collection[str] = (),
 ) -> SshOptions:
     """Everything ssh config ``text`` (read from ``path``) gives ``alias``; ``home`` is ``~``.
 
     ``included`` caches the text of included files by name, for reading many aliases at once.
+    ``overridden`` names the Host fields the caller sets itself: a ProxyCommand is not refused when
+    ``jump`` is one of them (the host's own jump list replaces it).
     """
     reader = _Reader(alias, inventory_hosts, home or Path.home(), {} if included is None else included)
+    reader.overridden = frozenset(overridden)
     reader.read(text, str(path) if path is not None else None, 0, True)
     reader.finish()
     return reader.found
@@ -112,6 +146,8 @@ class _Reader:
         self.home = home
         self.found = SshOptions()
         self._identity: list[tuple[str, _Place]] = []
+        self._taken: set[str] = set()
+        self.overridden: frozenset[str] = frozenset()
 
     def read(self, text: str, path: str | None, depth: int, active: bool | str) -> None:
         """Apply the lines of one file; ``active`` is whether the block around it applies (a
@@ -139,12 +175,36 @@ class _Reader:
                     raise InventoryError(active, path=path, line=lineno)
                 self.include(args, path, lineno, depth)
                 continue
+            if keyword in _REFUSED and args:
+                self.refuse(keyword, args, active, (path or "", lineno))
+                continue
             key = _KEYS.get(keyword)
             if key is None or not args or (key in self.found.values and key != "identity_file"):
                 continue
             if isinstance(active, str):
                 raise InventoryError(active, path=path, line=lineno)
             self.set(key, args[0], (path or "", lineno))
+
+    def refuse(self, keyword: str, args: Sequence[str], active: bool | str, place: _Place) -> None:
+        """An option remote_bash does not carry out, obtained first: refused unless it changes nothing."""
+        # ProxyCommand and ProxyJump share one slot: the first of either obtained wins, as in ssh.
+        slot = "jump" if keyword == "proxycommand" else keyword
+        if slot in self.found.values or slot in self._taken:
+            return
+        if isinstance(active, str):
+            raise InventoryError(active, path=place[0] or None, line=place[1])
+        value = " ".join(args)
+        if slot in self.overridden:
+            self._taken.add(slot)  # the host's own jump list is used; this line changes nothing
+            return
+        if value.lower() in _HARMLESS.get(keyword, set()):
+            if slot == "jump":
+                self.found.values["jump"], self.found.places["jump"] = [], place  # as 'ProxyJump none'
+            else:
+                self._taken.add(slot)
+            return
+        raise InventoryError(_REFUSED[keyword].format(value=value, alias=self.alias), path=place[0] or None,
+                             line=place[1], field=_NAMES[keyword])
 
     def set(self, key: str, value: str, place: _Place) -> None:
         path, line = place

@@ -2,7 +2,7 @@
 
 A :class:`Gate` holds an inventory and an optional allowlist pattern. Before anything is
 connected it refuses a host when any hop of its route is not in the inventory, points at an
-address the inventory does not give it, or is outside the allowlist; the route is the host's
+address or names jump hosts the inventory does not give it, or is outside the allowlist; the route is the host's
 jump hosts, theirs, and so on (recursively, from the inventory), first hop first. A route that
 differs from the inventory's (a jump host left out, or one added) is refused too, so no caller can
 reach a host by a way the inventory does not describe. Every refusal raises
@@ -78,6 +78,12 @@ class Gate:
         if (known.hostname, known.port) != (host.hostname, host.port):
             return (f"{role} {host.name!r} points at {host.hostname}:{host.port}, but the inventory says "
                     f"{known.hostname}:{known.port}")
+        if list(known.jump) != list(host.jump):
+            # The route is the inventory's; a copy that names other jump hosts must not be
+            # carried along it silently as if the change had been honoured.
+            return (f"{role} {host.name!r} names the jump hosts {list(host.jump)}, but the inventory says "
+                    f"{list(known.jump)}: a host is reached only by its inventory route (to route it another "
+                    "way, change its jump: in the inventory)")
         if self.allowed is not None and host.name not in self.allowed:
             return f"{role} {host.name!r} is outside this session's allowlist {self.allow!r}"
         return None

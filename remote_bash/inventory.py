@@ -294,7 +294,7 @@ class _Builder:
             except PatternError as exc:
                 raise self.fail(f"{pattern!r} cannot be used: {exc}", where, layer) from None
 
-    def ssh_layer(self, alias: str, origin: _Layer, hosts: Collection[str]) -> _Layer:
+    def ssh_layer(self, alias: str, origin: _Layer, hosts: Collection[str], own: Collection[str] = ()) -> _Layer:
         if self._ssh_text is None:
             if not self.ssh_path.exists():
                 raise self.fail(
@@ -304,7 +304,8 @@ class _Builder:
                 )
             self._ssh_text = read_text(self.ssh_path, "ssh config file")
         found = read_ssh_config(
-            self._ssh_text, alias, inventory_hosts=hosts, path=self.ssh_path, included=self._ssh_included
+            self._ssh_text, alias, inventory_hosts=hosts, path=self.ssh_path, included=self._ssh_included,
+            overridden=own,
         )
         if not found.matched:
             raise self.fail(f"no Host block in {self.ssh_path} matches {alias!r}", ("ssh_config",), origin)
@@ -349,7 +350,7 @@ class _Builder:
             merged = _Merged([*layers, own])
             alias = merged.values.get("ssh_config")
             if isinstance(alias, str) and alias:
-                ssh = self.ssh_layer(alias, merged.origins[("ssh_config",)], names)
+                ssh = self.ssh_layer(alias, merged.origins[("ssh_config",)], names, own.values)
                 merged = _Merged([*layers, ssh, own])
             hostname = merged.values.get("hostname", name)
             hosts[name] = host = self.validate(merged, name, hostname, sorted(mine))

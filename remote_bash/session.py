@@ -388,8 +388,20 @@ class RemoteBashSession:
         self._call = None
         text = bytes(startup.capture.head).decode("utf-8", "replace")
         if not startup.finished:
+            ended = shell.closed.is_set() or shell.exited
+            status = shell.exit_status if ended else None
+            signal_name = shell.exit_signal if ended else None
             shell.close()
             self._shell = None
+            if ended:
+                # The far side ended the channel: a ForceCommand or a login shell that exits, not a slow start.
+                how = (f"exit status {status}" if status is not None
+                       else f"signal {signal_name}" if signal_name else "no exit status")
+                raise SessionError(
+                    f"the remote side closed the shell channel before bash started ({how}); is a ForceCommand "
+                    f"or the account's login shell in the way on {self.host.hostname}? It printed: {text[-300:]!r}",
+                    host=self.host.name,
+                )
             raise SessionError(
                 f"the remote bash did not start within {self.host.connect_timeout:g} s "
                 f"(is bash installed on {self.host.hostname}?); it printed: {text[-300:]!r}",
@@ -501,8 +513,8 @@ class RemoteBashSession:
     def clamp_timeout(self, timeout: float | None) -> float:
         """The deadline that applies: the host default when None, never above max_timeout."""
         value = self.host.command_timeout if timeout is None else float(timeout)
-        if value <= 0:
-            raise ValueError(f"timeout must be positive, got {timeout}")
+        if not value > 0:  # NaN too: no deadline could be kept, nor recorded in the audit log
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
         return min(value, self.host.max_timeout)
 
     async def run(

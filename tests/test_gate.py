@@ -296,6 +296,31 @@ async def test_a_session_from_a_loaded_inventory_is_gated_by_it_and_takes_its_ro
 
 
 @pytest.mark.reliability
+async def test_a_copy_with_another_jump_list_is_refused_not_rerouted(chain: Chain, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REMOTE_BASH_AUDIT_DIR", str(tmp_path / "audit"))
+    inventory = load_inventory(chain.inventory_file)
+    target, j2 = inventory.hosts["target"], inventory.hosts["j2"]
+    # target's own jump list is [j2]; each of these would have been carried along the inventory's
+    # route (j1 -> j2) as if the change had been honoured.
+    for host, jump in ((target, []), (target, ["j1"]), (target, ["j1", "j2"]), (j2, [])):
+        copied = host.model_copy(update={"jump": jump})
+        before = chain.counts()
+        with pytest.raises(HostNotAllowed, match=r"names the jump hosts .* but the inventory says") as err:
+            await RemoteBashSession(copied).run("true")
+        assert f"{host.jump}" in str(err.value) and "inventory route" in str(err.value)
+        assert reached(before, chain) == dict.fromkeys(CHAIN, 0)
+    assert denied(tmp_path / "audit") == ["target", "target", "target"]
+    assert denied(tmp_path / "audit", "j2") == ["j2"]
+    # As a jump host handed in by hand, too: the copy of j2 without its own jump host.
+    before = chain.counts()
+    with pytest.raises(HostNotAllowed, match="jump host \\(for target\\) 'j2' names the jump hosts"):
+        await RemoteBashSession(target, jump_hosts=[inventory.hosts["j1"], j2.model_copy(update={"jump": []})]
+                                ).run("true")
+    assert reached(before, chain) == dict.fromkeys(CHAIN, 0)
+
+
+@pytest.mark.reliability
 async def test_gate_false_is_the_only_way_to_skip_the_inventorys_gate(chain: Chain, tmp_path: Path) -> None:
     inventory = load_inventory(chain.inventory_file)
     stranger = Host(name="j9", hostname=chain.relays["j1"].address, port=chain.relays["j1"].port)

@@ -170,3 +170,17 @@ def test_the_coordinators_prompt_holds_back_every_hosts_text(
     # One line per host: no reported text broke out of its own.
     host_lines = [line for line in prompt.splitlines() if line.startswith("- ") and "(127." in line]
     assert [line.split()[1] for line in host_lines] == ["facts-hostile", "facts-mute", "web-1"]
+
+
+async def test_a_forcecommand_that_exits_at_once_is_named_not_taken_for_a_slow_start(mute: Host) -> None:
+    from remote_bash.errors import SessionError
+
+    session = RemoteBashSession(mute, audit=False)
+    try:
+        with pytest.raises(SessionError, match=r"closed the shell channel before bash started \(exit status 0\)") \
+                as err:
+            await session.start()
+        assert "ForceCommand" in str(err.value) and "wipe every host" in str(err.value)
+        assert "did not start within" not in str(err.value)
+    finally:
+        await session.close()

@@ -265,8 +265,9 @@ async def test_a_certificate_with_no_principals_names_every_host_as_in_openssh(
 
 async def test_a_revoked_ca_is_refused(home: Path, signed: Signed, tmp_path: Path) -> None:
     known = pin(tmp_path, f"@cert-authority * {signed.ca}", f"@revoked * {signed.ca}")
-    with pytest.raises(HostKeyError):
+    with pytest.raises(HostKeyError, match=r"certificate authority .* is REVOKED there") as err:
         await reach(signed.host.model_copy(update={"known_hosts": known}))
+    assert not isinstance(err.value, UnknownHostKey)  # said as revoked, not as a key missing from the file
 
 
 async def test_a_ca_for_other_hosts_vouches_for_nothing_here(home: Path, signed: Signed, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -281,14 +282,33 @@ def test_sandbox_start_status_exec_stop(operator: dict[str, str], backend: str, 
                    or not Path(f"/proc/{state['pid']}/cmdline").read_bytes(), within=10, what="the sandbox sshd to end")
 
 
+@contextlib.contextmanager
+def _message_queues() -> Iterator[str]:
+    """The POSIX message queue file system, mounted for the test when /dev/mqueue is not."""
+    if os.path.ismount("/dev/mqueue"):
+        yield "/dev/mqueue"
+        return
+    where = tempfile.mkdtemp(prefix="rb-test-mqueue-")
+    try:
+        subprocess.run(["mount", "-t", "mqueue", "mqueue", where], check=True, capture_output=True, timeout=10)
+        try:
+            yield where
+        finally:
+            subprocess.run(["umount", where], check=False, capture_output=True, timeout=10)
+    finally:
+        os.rmdir(where)
+
+
 def _owned_by(uid: int) -> list[str]:
-    """What ``uid`` owns directly in the temp directories or as System V IPC objects."""
+    """What ``uid`` owns directly in the temp directories, /run/lock, the POSIX message queues or as
+    System V IPC objects."""
     found = []
-    for root in ("/tmp", "/var/tmp", "/dev/shm"):
-        for path in Path(root).iterdir():
-            with contextlib.suppress(FileNotFoundError):  # other tests' files come and go meanwhile
-                if path.lstat().st_uid == uid:
-                    found.append(str(path))
+    with _message_queues() as queues:
+        for root in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", queues):
+            for path in Path(root).iterdir():
+                with contextlib.suppress(FileNotFoundError):  # other tests' files come and go meanwhile
+                    if path.lstat().st_uid == uid:
+                        found.append(f"mqueue:{path.name}" if root == queues else str(path))
     for table in ("shm", "msg", "sem"):
         header, *rows = Path(f"/proc/sysvipc/{table}").read_text().splitlines()
         column = header.split().index("uid")
@@ -297,23 +317,28 @@ def _owned_by(uid: int) -> list[str]:
 
 
 @LOCAL_AS_ROOT
-def test_local_sandbox_stop_removes_what_the_user_left_in_temp_dirs_and_ipc(operator: dict[str, str]) -> None:
+def test_local_sandbox_stop_removes_what_the_user_left_in_shared_places_and_ipc(operator: dict[str, str]) -> None:
     env = operator
     started = cli(env, "sandbox", "start", "--backend", "local")
     assert started.returncode == 0, started.stderr
     state = json.loads(cli(env, "sandbox", "status", "--json").stdout)
     tag = uuid.uuid4().hex[:8]
-    made = [f"/tmp/rb-left-{tag}", f"/var/tmp/rb-left-{tag}", f"/dev/shm/rb-left-{tag}",
+    made = [f"/tmp/rb-left-{tag}", f"/var/tmp/rb-left-{tag}", f"/dev/shm/rb-left-{tag}", f"/run/lock/rb-left-{tag}",
             f"/tmp/rb-leftdir-{tag}", f"/tmp/rb-fifo-{tag}"]
+    # A POSIX message queue (O_CREAT | O_RDWR), made as the sandbox user does it: through librt.
+    mq_open = (f"import ctypes; rt = ctypes.CDLL('librt.so.1'); "
+               f"assert rt.mq_open(b'/rb-left-{tag}', 0o102, 0o600, None) >= 0")
     try:
-        out = cli(env, "exec", "--", f"id -u; for f in {' '.join(made[:3])}; do echo secret > $f; done; "
-                  f"mkdir -m 700 {made[3]} && echo inner > {made[3]}/f; mkfifo {made[4]}; "
+        out = cli(env, "exec", "--", f"id -u; for f in {' '.join(made[:4])}; do echo secret > $f; done; "
+                  f"mkdir -m 700 {made[4]} && echo inner > {made[4]}/f; mkfifo {made[5]}; "
+                  f'python3 -c "{mq_open}" && '
                   "ipcmk -M 4096 >/dev/null && ipcmk -Q >/dev/null && ipcmk -S 1 >/dev/null && echo made")
         assert out.returncode == 0, out.stderr
         uid = int(out.stdout.splitlines()[0])
         assert out.stdout.splitlines()[-1] == "made"
         assert uid >= 3_000_000  # a UID useradd does not hand out on its own, so not reused soon
-        assert len(_owned_by(uid)) == len(made) + 3, _owned_by(uid)
+        assert len(_owned_by(uid)) == len(made) + 1 + 3, _owned_by(uid)
+        assert f"mqueue:rb-left-{tag}" in _owned_by(uid)
         stopped = cli(env, "sandbox", "stop")
         assert stopped.returncode == 0, stopped.stderr
         assert state["user"] not in _sandbox_users()
@@ -323,6 +348,8 @@ def test_local_sandbox_stop_removes_what_the_user_left_in_temp_dirs_and_ipc(oper
         cli(env, "sandbox", "stop")
         for path in made:
             shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else Path(path).unlink(missing_ok=True)
+        with _message_queues() as queues:
+            Path(queues, f"rb-left-{tag}").unlink(missing_ok=True)
 
 
 # -- the pytest plugin users enable (remote_bash.testing) --------------------------------------------------
@@ -432,3 +459,55 @@ async def test_bubblewrap_hides_the_operators_files_processes_and_environment(tm
         await asyncio.wait_for(holder.wait(), 10)
         for path in (home, visible_tmp, workdir):
             shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="makes a world-writable directory in /opt")
+def test_every_world_writable_place_is_among_those_cleaned(tmp_path: Path) -> None:
+    from remote_bash.sandbox._leftovers import shared_places
+
+    extra = Path("/opt") / f"rb-shared-{uuid.uuid4().hex[:8]}"
+    extra.mkdir(mode=0o700)
+    try:
+        extra.chmod(0o1777)
+        places = shared_places()
+        assert extra in places
+        assert Path("/tmp") in places and Path("/run/lock") in places
+        assert len(places) == len(set(places)) and Path("/var/lock") not in places  # the same as /run/lock
+    finally:
+        extra.rmdir()
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="writes in /var/spool/cron and /var/lib/systemd as another UID")
+def test_a_crontab_an_at_job_and_lingering_of_the_uid_are_removed() -> None:
+    from remote_bash.sandbox._leftovers import remove_leftovers
+
+    uid = 3_999_000 + int(uuid.uuid4().int % 900)
+    name = f"rb-sandbox-{uuid.uuid4().hex[:6]}"
+    made_dirs: list[Path] = []  # what this test creates, parents first, to remove afterwards
+    for directory in (Path("/var/spool/cron/crontabs"), Path("/var/spool/cron/atjobs"),
+                      Path("/var/lib/systemd/linger")):
+        missing = [d for d in (*reversed(directory.parents), directory) if not d.exists()]
+        for d in missing:
+            d.mkdir()
+        made_dirs += missing
+    for directory, mode in ((Path("/var/spool/cron/crontabs"), 0o1730), (Path("/var/spool/cron/atjobs"), 0o1770)):
+        if directory in made_dirs:
+            directory.chmod(mode)  # as Debian's cron and at make them: the user cannot enter them
+    crontab, at_job = Path("/var/spool/cron/crontabs") / name, Path("/var/spool/cron/atjobs") / f"a0001{uid}"
+    linger, other = Path("/var/lib/systemd/linger") / name, Path("/var/spool/cron/crontabs") / f"{name}-other"
+    try:
+        for path in (crontab, at_job, other):
+            path.write_text("* * * * * true\n")
+        os.chown(crontab, uid, uid)
+        os.chown(at_job, uid, uid)
+        os.chown(other, uid + 1, uid + 1)  # another UID's: left alone
+        linger.touch()  # root's file, named after the user
+        assert remove_leftovers(uid, uid, name=name) == []
+        assert not crontab.exists() and not at_job.exists() and not linger.exists()
+        assert other.exists()
+    finally:
+        for path in (crontab, at_job, linger, other):
+            path.unlink(missing_ok=True)
+        for directory in reversed(made_dirs):
+            with contextlib.suppress(OSError):
+                directory.rmdir()

@@ -532,3 +532,17 @@ async def test_the_abort_signal_at_an_idle_shell_loses_nothing(session: RemoteBa
         os.kill(session.info.shell_pid, signal.SIGUSR2)
         r = await session.run("echo $KEEP")
         assert (r.output, r.exit_code, r.shell_lost) == ("1\n", 0, False)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), 0.0, -1.0])
+async def test_a_timeout_that_is_not_a_positive_number_is_refused_before_anything(web1: Host, tmp_path: Path,
+                                                                                   bad: float) -> None:
+    from remote_bash.audit import AuditLog
+
+    audit = AuditLog(tmp_path)
+    session = RemoteBashSession(web1, audit=audit)
+    with pytest.raises(ValueError, match=f"timeout must be a positive number of seconds, got {bad}"):
+        await session.run("echo hi", timeout=bad)
+    assert session.info is None  # never connected
+    assert audit.read(web1.name) == []
+    await session.close()

@@ -234,7 +234,8 @@ def test_inventory_error_in_an_ssh_value_points_at_the_ssh_line(home: Path, tmp_
 # No '/' or '~': an Include stays under the test's ~/.ssh.
 _lines = st.builds(
     "{} {}".format,
-    st.sampled_from(["Host", "Match", "Include", "HostName", "IdentityFile", "Port", "User", "ProxyJump", "Tag"]),
+    st.sampled_from(["Host", "Match", "Include", "HostName", "IdentityFile", "Port", "User", "ProxyJump", "Tag",
+                     "ProxyCommand", "HostKeyAlias", "CanonicalizeHostname"]),
     st.text(alphabet="ab*?!%hpru{}$,'\" =#.", max_size=14),
 )
 
@@ -253,3 +254,48 @@ def test_read_ssh_config_only_raises_inventory_error(home: Path, text: str, alia
         return
     assert set(found.values) <= {"hostname", "user", "port", "identity_file", "jump"}
     assert found.values.get("identity_file") == (found.identity_files[0][0] if found.identity_files else None)
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "message"),
+    [
+        ("Host x\n  ProxyCommand ssh -W %h:%p b\n", 2, "ProxyCommand: 'ssh -W %h:%p b' (for 'x') is not supported"),
+        ("Host *\n  ProxyCommand nc %h %p\n", 2, "would otherwise dial the host directly"),
+        ("Host x\n  HostKeyAlias other\n", 2, "HostKeyAlias: 'other'"),
+        ("Host x\n  CanonicalizeHostname yes\n", 2, "CanonicalizeHostname: 'yes'"),
+        ("Host x\n  CanonicalizeHostname always\n", 2, "not supported"),
+        # The first obtained wins, as in ssh: a later 'none' does not undo an earlier command.
+        ("Host x\n  ProxyCommand nc %h %p\nHost *\n  ProxyCommand none\n", 2, "Use ProxyJump"),
+    ],
+)
+def test_an_option_that_would_change_where_or_whom_we_trust_is_refused(text: str, line: int, message: str) -> None:
+    with pytest.raises(InventoryError) as info:
+        parse_ssh_config(text, "x", path="cfg")
+    assert (info.value.path, info.value.line) == ("cfg", line)
+    assert message in str(info.value) and str(info.value).startswith("cfg:2: ")
+
+
+@pytest.mark.parametrize(
+    ("text", "jump"),
+    [
+        ("Host x\n  ProxyCommand none\nHost *\n  ProxyCommand nc %h %p\n", []),
+        ("Host x\n  ProxyCommand none\n  ProxyJump a\n", []),  # ssh: the first of the two wins
+        ("Host x\n  ProxyJump a\n  ProxyCommand nc %h %p\n", ["a"]),
+        ("Host y\n  ProxyCommand nc %h %p\nHost x\n  CanonicalizeHostname no\n", None),
+        ("Host x\n  CanonicalizeHostname no\nHost *\n  CanonicalizeHostname yes\n  Tunnel yes\n"
+         "  ProxyUseFdpass yes\n", None),
+    ],
+)
+def test_what_changes_nothing_is_accepted(text: str, jump: list[str] | None) -> None:
+    assert parse_ssh_config(text, "x", path="cfg").get("jump") == jump
+
+
+def test_a_proxycommand_is_not_refused_when_the_host_sets_its_own_jump(home: Path, tmp_path: Path) -> None:
+    (home / ".ssh" / "config").write_text("Host proxied\n  HostName 192.0.2.7\n  ProxyCommand nc %h %p\n")
+    path = inventory(tmp_path, "hosts:\n  proxied: {ssh_config: proxied}\n")
+    with pytest.raises(InventoryError) as info:
+        load_inventory(path, ssh_config_path=home / ".ssh" / "config")
+    assert (info.value.path, info.value.line) == (str(home / ".ssh" / "config"), 3)
+    assert "ProxyCommand" in str(info.value) and "jump:" in str(info.value)
+    path = inventory(tmp_path, "hosts:\n  hop: {hostname: 192.0.2.8}\n  proxied: {ssh_config: proxied, jump: [hop]}\n")
+    assert load_inventory(path, ssh_config_path=home / ".ssh" / "config").hosts["proxied"].jump == ["hop"]

@@ -47,6 +47,8 @@ class HostKeyCheck:
     trusted: list[asyncssh.SSHKey] = field(default_factory=list)
     authorities: list[asyncssh.SSHKey] = field(default_factory=list)
     revoked: list[asyncssh.SSHKey] = field(default_factory=list)
+    revoked_authorities: list[asyncssh.SSHKey] = field(default_factory=list)
+    """@cert-authority keys for this host that a @revoked line cancels (named in the error)."""
     seen: str = ""
     expected: list[str] = field(default_factory=list)
     accepted_new: bool = False
@@ -70,7 +72,8 @@ class HostKeyCheck:
         return cls(host=host, known_hosts=known_hosts,
                    trusted=[k for k in keys if k.public_data not in gone],
                    authorities=[k for k in authorities if k.public_data not in gone],
-                   revoked=list(revoked))
+                   revoked=list(revoked),
+                   revoked_authorities=[k for k in authorities if k.public_data in gone])
 
     def pins(self) -> tuple[list[asyncssh.SSHKey], list[asyncssh.SSHKey], list[asyncssh.SSHKey]]:
         """The trusted keys, CA keys and revoked keys, in the form asyncssh's known_hosts option takes."""

@@ -59,6 +59,16 @@ def map_error(exc: BaseException, host: Host, *, during: str = "connecting", che
             "refusing to connect. The host must get a new key, which you then verify and add",
             host=name,
         )
+    if check is not None and check.problem == "unknown" and check.revoked_authorities:
+        # The CA was left out of the pins, so the server showed its plain key: say why it is not trusted.
+        cas = ", ".join(sorted({k.get_fingerprint("sha256") for k in check.revoked_authorities}))
+        return HostKeyError(
+            f"host key {check.seen} of {target} is not trusted: the certificate authority {check.known_hosts} "
+            f"lists for this host ({cas}) is REVOKED there (a @revoked line), and no key of the host is "
+            "pinned: refusing to connect. The host needs a certificate from a CA you trust, or verify its key "
+            "and add it",
+            host=name,
+        )
     if check is not None and check.problem == "unknown":
         return UnknownHostKey(
             f"host key {check.seen} of {target} is not in {check.known_hosts}. Verify it, then add it "

@@ -49,7 +49,16 @@ __all__ = [
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``remote-bash`` entry point; returns the exit status."""
-    words = list(sys.argv[1:] if argv is None else argv)
+    from . import _signals
+
+    previous = _signals.install()
+    try:
+        return _signals.status(_main(list(sys.argv[1:] if argv is None else argv)))
+    finally:
+        _signals.restore(previous)
+
+
+def _main(words: list[str]) -> int:
     if "--" in words and "exec" in words[: words.index("--")]:
         from ._keep import fast_exec
 

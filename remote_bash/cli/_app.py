@@ -13,11 +13,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import _signals
 from ._grammar import _parser as _parser  # the parser itself, for whoever compares with it
 from ._grammar import parse
 from ._output import (
     EXIT_FAILED,
-    EXIT_INTERRUPTED,
     PROG,
     _err,
     _exit_code,
@@ -78,8 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = _command(args.handler)(ctx)
         return code
     except KeyboardInterrupt:
-        _err(f"{PROG}: interrupted")
-        return EXIT_INTERRUPTED
+        return _signals.interrupted()  # Ctrl-C, or SIGTERM/SIGHUP routed to its path
     except BrokenPipeError:
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -14,6 +14,7 @@ from ._output import (
     EXIT_TIMEOUT,
     PROG,
     _err,
+    _one_line,
     _out,
     _out_json,
     _out_raw,
@@ -113,7 +114,11 @@ def _status(name: str, result: CommandResult) -> int:
 def _status_line(name: str, result: CommandResult) -> tuple[int, str | None]:
     """The exit status for a command's result, and the line for stderr when it did not simply end."""
     if result.timed_out:
-        return EXIT_TIMEOUT, f"{PROG}: {name}: the command did not finish within {result.timeout:g} s and was killed"
+        line = f"{PROG}: {name}: the command did not finish within {result.timeout:g} s and was killed"
+        if result.kill is not None and result.kill.unchecked:
+            # Strays that left the process tree: said here too, not only in --json and the audit log.
+            line += f"; not checked: {_one_line(result.kill.unchecked)}"
+        return EXIT_TIMEOUT, line
     if result.exit_code is None:
         return EXIT_ERROR, f"{PROG}: {name}: the shell ended abnormally (killed by a signal)"
     return result.exit_code, None

@@ -28,6 +28,7 @@ from ._output import (
     OWN,
     PROG,
     REFUSED,
+    STOPPED,
     TIMEOUT,
     USAGE,
     _UsageError,
@@ -206,7 +207,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = add("exec", "Run one command on a host (no model) and exit with its status.",
             f"{PROG} exec [options] [HOST] -- COMMAND...", f"{PROG} exec web-1 -- 'df -h / && uptime'",
-            OWN, USAGE, TIMEOUT, ERROR, REFUSED, NOT_ALLOWED, INTERRUPTED)
+            OWN, USAGE, TIMEOUT, ERROR, REFUSED, NOT_ALLOWED, INTERRUPTED, STOPPED)
     p.add_argument("host", nargs="?", metavar="HOST",
                    help="inventory host (optional with one host, or with no inventory: sandbox)")
     p.add_argument("--timeout", type=_timeout, metavar="SECONDS", help="deadline (default: the host's)")
@@ -250,7 +251,7 @@ def _parser() -> argparse.ArgumentParser:
             f'{PROG} run [options] [--host NAME] "TASK"',
             f'{PROG} run --host web-1 --max-turns 20 "find out why nginx returns 502 and fix it"',
             ("0", "Claude finished the task"), (EXIT_FAILED, "Claude stopped before finishing (turn limit, error)"),
-            (USAGE[0], "usage error, or no Anthropic API key"), ERROR, NOT_ALLOWED, INTERRUPTED)
+            (USAGE[0], "usage error, or no Anthropic API key"), ERROR, NOT_ALLOWED, INTERRUPTED, STOPPED)
     p.add_argument("task", nargs="?", metavar="TASK", help="what Claude should do")
     p.add_argument("--host", metavar="NAME", help="inventory host (optional with one host, or with no inventory: "
                                                   "sandbox)")
@@ -376,7 +377,7 @@ def _parser() -> argparse.ArgumentParser:
     fleet_codes = (USAGE[0], "usage error; or on some host it did not run to its end: unreachable, timed out, "
                              "lost, or skipped by --fail-fast"), \
         (ERROR[0], "remote-bash error before any host was worked on (inventory, audit)"), \
-        (NOT_ALLOWED[0], "the pattern names an unknown host, group or label"), INTERRUPTED
+        (NOT_ALLOWED[0], "the pattern names an unknown host, group or label"), INTERRUPTED, STOPPED
     q = actions.add("exec", "Run one command on every selected host at once.",
                     f"{PROG} fleet exec [options] PATTERN -- COMMAND...",
                     f"{PROG} fleet exec 'web:&env=production' --forks 20 -- systemctl is-active nginx",

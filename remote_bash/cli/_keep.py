@@ -298,17 +298,24 @@ def exec_kept(args: KeepArgs, env: Mapping[str, str] = os.environ) -> int:
                 continue
             if "o" in reply:
                 _out(reply["o"])
-            if "e" in reply:
-                _err(reply["e"])
+            if "e" in reply and not (interrupted and reply.get("x") == EXIT_INTERRUPTED and _signalled()):
+                _err(reply["e"])  # (a SIGTERM that took Ctrl-C's path is said by main, naming it)
             if "x" in reply:
                 status: int = reply["x"]
                 return status
     except KeyboardInterrupt:
-        _err(f"{PROG}: interrupted")
-        return EXIT_INTERRUPTED
+        from ._signals import interrupted as said
+
+        return said()
     finally:
         signal.signal(signal.SIGINT, previous)
         sock.close()
+
+
+def _signalled() -> bool:
+    from ._signals import received
+
+    return received() is not None
 
 
 def _wait_exit(pid: int) -> None:
@@ -442,8 +449,9 @@ def fast_exec(words: list[str], env: Mapping[str, str] = os.environ) -> int | No
 def failed(exc: BaseException, debug: bool) -> int:
     """The exit status of a command that raised ``exc``, after its one-line message: as ``main()``."""
     if isinstance(exc, KeyboardInterrupt):
-        _err(f"{PROG}: interrupted")
-        return EXIT_INTERRUPTED
+        from ._signals import interrupted
+
+        return interrupted()
     if isinstance(exc, BrokenPipeError):
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -33,9 +33,14 @@ def _cmd_mcp(ctx: _Context) -> int:
             return 0
         token = ctx.env.get(TOKEN_ENV) or secrets.token_urlsafe(32)
         if TOKEN_ENV not in ctx.env:
-            _err(f"{PROG}: mcp: bearer token for http://{http[0]}:{http[1]}/mcp: {token}")
+            _err(f"{PROG}: mcp: bearer token for {_url(*http)}: {token}")
         asyncio.run(serve_http(server, http[0], http[1], token))
         return 0
+
+
+def _url(host: str, port: int) -> str:
+    """The endpoint's URL; an IPv6 address in brackets, as a URL needs it."""
+    return f"http://[{host}]:{port}/mcp" if ":" in host else f"http://{host}:{port}/mcp"
 
 
 def _address(value: str, *, public: bool) -> tuple[str, int]:

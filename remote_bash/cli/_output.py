@@ -52,6 +52,7 @@ ERROR = (EXIT_ERROR, "remote-bash error: inventory, connect, authentication, hos
 REFUSED = (EXIT_REFUSED, "the command policy refused the command (nothing was sent)")
 NOT_ALLOWED = (EXIT_NOT_ALLOWED, "unknown host, or outside --allow (nothing was connected)")
 INTERRUPTED = (EXIT_INTERRUPTED, "interrupted with Ctrl-C (the remote command was killed)")
+STOPPED = ("143, 129", "stopped by SIGTERM, SIGHUP: as Ctrl-C")
 
 
 def exit_codes(*rows: tuple[int | str, str]) -> str:
@@ -64,7 +65,7 @@ EXIT_CODES = exit_codes(
     ("0", "success"), ("N", "exec, shell: the command's own exit status"),
     (EXIT_FAILED, "a check, verification or fleet host failed; Claude did not finish"),
     (EXIT_USAGE, "usage error, or no Anthropic API key for run; fleet: some host did not run to its end"),
-    TIMEOUT, ERROR, REFUSED, NOT_ALLOWED, INTERRUPTED,
+    TIMEOUT, ERROR, REFUSED, NOT_ALLOWED, INTERRUPTED, STOPPED,
 )
 """Every exit status of every command: the top-level help's table."""
 

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ._context import _address, _Context, _pick_host, _session
 from ._exec import _Echo, _run_one
 from ._output import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_REFUSED, EXIT_TIMEOUT, _err, _exit_code, _one_line
+from ._signals import received
 
 if TYPE_CHECKING:
     from remote_bash.inventory import Inventory
@@ -270,6 +271,8 @@ class _Shell:
                 try:
                     line = self._read(prompt)
                 except KeyboardInterrupt:
+                    if received() is not None:
+                        raise  # SIGTERM or SIGHUP (a closed terminal): the shell ends
                     _err("")  # a fresh prompt on a fresh line; the line typed so far is dropped
                     continue
                 if line is None:
@@ -292,7 +295,8 @@ class _Shell:
                     continue
                 self._command(loop, session, redactor, line)
         except KeyboardInterrupt:
-            _err("[interrupted]")
+            if received() is None:
+                _err("[interrupted]")  # (a signal's line is main()'s)
             self.status = EXIT_INTERRUPTED
         finally:
             if history is not None:
@@ -329,7 +333,8 @@ class _Shell:
             _err(f"[error: {_one_line(str(exc))}]")
             self.status = _exit_code(exc)
         except KeyboardInterrupt:
-            _err("[interrupted]")
+            if received() is None:
+                _err("[interrupted]")  # (a signal's line is main()'s)
             self.status = EXIT_INTERRUPTED
         else:
             _err(f"restarted: a fresh shell (pid {restarted.shell_pid})")
@@ -344,6 +349,8 @@ class _Shell:
             result = loop.run(_run_one(session, line, self.ctx.args.timeout, echo.feed))
         except KeyboardInterrupt:
             echo.finish(None)
+            if received() is not None:
+                raise  # SIGTERM or SIGHUP: the command was killed, and the whole shell ends
             _err("[interrupted: the command was killed]")
             self.status = EXIT_INTERRUPTED
             return

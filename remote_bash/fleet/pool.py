@@ -294,8 +294,8 @@ class FleetPool:
         ``keep_open=False`` closes each host's session as soon as its result is in (``exec``).
         An exception raised by ``on_progress`` cancels the run (running commands are killed).
         """
-        if timeout is not None and timeout <= 0:
-            raise ValueError(f"timeout must be positive, got {timeout}")
+        if timeout is not None and not timeout > 0:  # NaN too
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
         pattern = hosts if isinstance(hosts, str) else ",".join(h.name for h in hosts)
         selected = self.inventory.select(hosts) if isinstance(hosts, str) else list(hosts)
         progress = _Progress(len(selected), on_progress)

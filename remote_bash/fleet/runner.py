@@ -70,8 +70,8 @@ async def run(
         raise ValueError(f"serial must be at least 1, got {serial}")
     if coordinator and (serial is not None or fail_fast):
         raise ValueError("serial and fail_fast apply to a conversation per host, not to a coordinator")
-    if timeout is not None and timeout <= 0:
-        raise ValueError(f"timeout must be positive, got {timeout}")
+    if timeout is not None and not timeout > 0:  # NaN too
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
     config = config or AgentConfig()
     if config.transcript is not None:
         raise ValueError("a fleet run writes a transcript per conversation: give transcript_dir, not "

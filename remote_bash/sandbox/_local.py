@@ -1,8 +1,9 @@
 """The local sandbox backend: OpenSSH's sshd on 127.0.0.1, isolated with what the machine offers.
 
 Run as root, it creates a user that exists only while the sandbox runs (no password, a home and a
-random UID of its own, removed on stop with everything it started and everything it left in /tmp,
-/var/tmp, /dev/shm and System V IPC) and checks, as that user, that the operator's
+random UID of its own, removed on stop with everything it started and everything it left in the
+shared places: /tmp, /var/tmp, /dev/shm, /run/lock, every other world-writable directory, crontab
+and at jobs, System V IPC and POSIX message queues) and checks, as that user, that the operator's
 home, audit logs and state are out of its reach before a command is served. Run as anyone else, it
 runs sshd inside a bubblewrap namespace: a process tree of its own, an empty environment, the
 file system read-only, and empty directories over the operator's home, audit logs, state, /tmp
@@ -141,7 +142,7 @@ def remove_user(name: str, *, deadline: float = 15.0) -> None:
         raise ConfigError(f"cannot remove the sandbox user {name}: processes {pids} still run after "
                           f"{deadline:g} s; kill them (kill -9 {' '.join(map(str, pids))}) and stop again")
     # With no process left, nothing new appears: what the user wrote outside its home goes too.
-    left = remove_leftovers(uid, gid)
+    left = remove_leftovers(uid, gid, name=name)
     done = subprocess.run(["userdel", "--remove", name], capture_output=True, text=True, timeout=30,
                           check=False, stdin=subprocess.DEVNULL, env=clean_environment())
     # userdel complains about a missing mail spool, which useradd never made: only a user still

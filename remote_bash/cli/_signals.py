@@ -1,0 +1,123 @@
+"""SIGTERM and SIGHUP end a command as Ctrl-C does: what runs on a host is killed and audited.
+
+``timeout``, a CI cancel, systemd and a closed terminal send SIGTERM or SIGHUP, not SIGINT. Left
+to Python's default, either ends the process at once: the remote command runs on unattended and
+its audit log stops at ``exec.start``. Here the first such signal takes the path of Ctrl-C (the
+asyncio runner's SIGINT handler cancels the command, which kills it on the host and audits it),
+and the process then exits with 128 + the signal's number and one line naming the signal.
+
+Stopping is bounded: a second signal does not cut the kill short (it says that stopping goes on,
+and for how long at most), and when cleanup has not finished within :data:`CLEANUP_DEADLINE` the
+process says what may be left and exits anyway. It must never exit silently with cleanup
+half-done, nor print anything for a command that was not signalled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+from ._output import EXIT_INTERRUPTED, PROG, _err
+
+CLEANUP_DEADLINE = 30.0  # killing a command takes three rounds of at most 10 s each (session._kill_call)
+EXIT_GRACE = 5.0  # after cleanup: a thread stuck in a blocking read (shell's input()) must not hold the exit
+
+_received: list[int] = []
+_finished = threading.Event()
+_started = 0.0
+
+
+def install() -> dict[int, Any]:
+    """Route SIGTERM and SIGHUP to the Ctrl-C path; returns the handlers they had (for restore).
+
+    Only the main thread can set handlers: called from another (main() used as a library), it
+    changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous: dict[int, Any] = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        previous[sig] = signal.signal(sig, _on_signal)
+    return previous
+
+
+def restore(previous: dict[int, Any]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
+def received() -> int | None:
+    """The first terminating signal received, if any."""
+    return _received[0] if _received else None
+
+
+def name(signum: int) -> str:
+    return signal.Signals(signum).name
+
+
+def status(code: int) -> int:
+    """The exit status to return: ``code``, or 128 + the signal when one ended the command (then
+    with its one line on stderr, said once)."""
+    signum = received()
+    if signum is None:
+        return code
+    if not _finished.is_set():
+        _finished.set()
+        _err(f"{PROG}: stopped by {name(signum)}: as on Ctrl-C, what was running on a host was killed and "
+             "audited, and the sessions closed")
+    return 128 + signum
+
+
+def interrupted() -> int:
+    """For ``except KeyboardInterrupt``: Ctrl-C's line and status, or those of the signal that
+    took Ctrl-C's path."""
+    if received() is None:
+        _err(f"{PROG}: interrupted")
+        return EXIT_INTERRUPTED
+    return status(EXIT_INTERRUPTED)
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    global _started
+    if _received:
+        left = max(0.0, CLEANUP_DEADLINE - (time.monotonic() - _started))
+        with contextlib.suppress(RuntimeError):  # a write interrupted by this very handler
+            _err(f"{PROG}: {name(signum)}: already stopping (killing what runs on the host and auditing it); "
+                 f"giving up in at most {left:.0f} s")
+        return
+    _received.append(signum)
+    _started = time.monotonic()
+    threading.Thread(target=_watchdog, args=(signum,), name="remote-bash-stop", daemon=True).start()
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler) and getattr(handler, "__module__", "") != "asyncio.unix_events":
+        # The asyncio runner's handler (cancel the main task), Python's default (KeyboardInterrupt;
+        # the shell asks received() whether to end rather than draw a fresh prompt) or a command's
+        # own Ctrl-C handler (exec --keep: ask the kept session to kill the call).
+        handler(signal.SIGINT, frame)
+        return
+    # Ignored, or routed to an event loop callback that may only interrupt a single command: a
+    # terminating signal ends the whole command, which unwinds through the same cancellation.
+    raise KeyboardInterrupt
+
+
+def _watchdog(signum: int) -> None:
+    if _finished.wait(CLEANUP_DEADLINE):
+        # Cleaned up and said so: the interpreter exits on its own, unless a thread blocked in a
+        # read (shell's input()) holds it; then it must not wait for a line that never comes.
+        time.sleep(EXIT_GRACE)
+    else:
+        _err(f"{PROG}: stopped by {name(signum)}, but stopping did not finish within {CLEANUP_DEADLINE:g} s: "
+             "what was running on the host may still run; its audit log says what was recorded")
+    _flush()
+    os._exit(128 + signum)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, RuntimeError):
+            stream.flush()
