@@ -17,8 +17,15 @@ A call's processes are found three ways, all through /proc (Linux):
   rest. Elsewhere nothing tells a stray of this call from one of another login of the same user
   started at the same time: strays are reported, never signalled.
 
+At a session's end, the shell replaces itself with the script, and a cheap check first tells
+whether anything of the session can still exist outside the shell (:func:`_clean_block`): reading
+a few /proc files with shell builtins only, it proves that nothing started since the shell is left
+where an escaped process could be, and the costly scan is then skipped. Whenever it cannot prove
+that, the full scan runs.
+
 The scripts print ``RBKILL <n>`` (processes signalled), ``RBUP <seconds since boot>``,
-``RBSCOPE cgroup|none`` and one ``RBSTRAY <pid> <name>`` line per stray left alone.
+``RBSCOPE cgroup|none``, one ``RBSTRAY <pid> <name>`` line per stray left alone, and ``RBCLEAN``
+when the check above made the scan needless.
 This module does no I/O; nothing here runs a process.
 """
 
@@ -136,9 +143,65 @@ def _stray_block(shell_pid: int, since: int) -> str:
     )
 
 
+def _clean_block(shell_pid: int, since: int) -> str:
+    """Sets ``g=1`` only when nothing started since ``since`` (ticks) can be left outside the shell,
+    which must be the process running the script (it replaced itself with it). Builtins only: no
+    process is started, so the shell's children are exactly what its commands left.
+
+    Why it is enough: a process the session started is below the shell until an ancestor of it
+    exits; it is then adopted by the nearest child subreaper among its ancestors, or by init, so
+    it becomes a child of one of the shell's ancestors (the shell's own parent, sshd, ..., init),
+    and what it starts stays below it or is adopted the same way. A stray (see the module
+    docstring) that no process of the session started was started by a process of the user whose
+    ancestry reaches init through the user's processes only: it is below a child of init of that
+    user. So: the shell has no child; no child of any of its ancestors, beside the path to the
+    shell, started since ``since``; and nothing below init's children of the user (or init itself)
+    started since then. Anything this cannot read (no children lists, a vanished ancestor, a tree
+    too large to walk), a root session (every daemon is root's), and a login in a cgroup of its own
+    (the full scan also decides what its strays are) leave ``g`` empty: the full scan runs."""
+    # No 2>/dev/null on each read: the shell's stderr already goes there, and opening it per
+    # file would cost as much as the reads.
+    return (
+        f"S={shell_pid} T={since} g=1\n"
+        # rbst PID: t = start time (ticks since boot), pp = parent; empty when PID is gone. A zombie
+        # (state Z) runs nothing and has no children: it counts as gone.
+        'rbst() { t=; pp=; l=; read -r l </proc/$1/stat; l=${l##*) }; set -- $l; '
+        'pp=${2-}; [ "${1-}" = Z ] || t=${20-}; }\n'
+        'rbuid() { u=; while read -r k a b; do case $k in Uid:) u=$a; break;; esac; done </proc/$1/status; }\n'
+        # rbkids PID: k = its children, of every thread; g cleared when the lists cannot be read.
+        # A thread that ended while its list was read handed its children to another: read again.
+        'rbkids() { j=0; while [ $j -lt 3 ]; do j=$((j + 1)); k=; e=; for f in /proc/$1/task/*/children; do '
+        'if [ -r "$f" ]; then c=; read -r c <"$f"; k="$k $c"; else e=1; fi; done; '
+        '[ -z "$e" ] && return; done; g=; }\n'
+        "rbuid $S; su=$u\n"
+        'case $su in ""|0) g=;; esac\n'
+        "rbuid 1; [ \"$u\" = \"$su\" ] && g=\n"
+        'if [ -n "$g" ]; then while IFS= read -r l; do case $l in *session-*.scope*) g=;; esac; done '
+        "</proc/$S/cgroup; fi\n"
+        'if [ -n "$g" ]; then rbkids $S; case $k in *[0-9]*) g=;; esac; fi\n'
+        # Up the ancestors: their other children must be older than the session.
+        "a=$S; i=0\n"
+        'while [ -n "$g" ] && [ $i -lt 64 ]; do i=$((i + 1)); rbst $a; p=$pp\n'
+        '  case $p in ""|*[!0-9]*) g=; break;; esac\n'
+        '  [ "$p" -le 0 ] && break\n'
+        '  rbkids $p\n'
+        '  for x in $k; do [ "$x" = "$a" ] && continue; rbst $x; [ -n "$t" ] && [ "$t" -ge $T ] && g=; done\n'
+        "  a=$p\n"
+        "done\n"
+        '[ $i -ge 64 ] && g=\n'
+        # Below init's children of the user: nothing new (at most 4096 processes looked at).
+        'if [ -n "$g" ]; then rbkids 1; q=; for x in $k; do rbuid $x; [ "$u" = "$su" ] && q="$q $x"; done; n=0\n'
+        '  while [ -n "$g" ] && [ -n "$q" ]; do w=$q; q=\n'
+        '    for x in $w; do n=$((n + 1)); [ $n -gt 4096 ] && g=; rbst $x; [ -n "$t" ] && [ "$t" -ge $T ] && g=\n'
+        '      rbkids $x; q="$q $k"; done\n'
+        "  done\n"
+        "fi\n"
+    )
+
+
 def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_pid: int | None = None,
                 exclude_self: bool = False, below: int | None = None, untagged_only: bool = False,
-                since: int | None = None) -> str:
+                since: int | None = None, skip_when_clean: bool = False) -> str:
     """A POSIX sh script that signals every process whose environment holds ``match``
     (``NAME=value``), and ``also_pid`` if given, then prints ``RBKILL <count>`` of the
     processes it found. ``signal`` ``0`` only counts.
@@ -146,6 +209,10 @@ def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_p
     With ``below``, the descendants of that pid (the shell) are added too: all of them, or with
     ``untagged_only`` those that carry no call tag at all. With ``since`` (ticks since boot) and
     ``below``, strays started since then are looked for as well (see the module docstring).
+
+    ``skip_when_clean`` is for a script the shell ``below`` replaced itself with (its end): when
+    :func:`_clean_block` proves nothing of the session can be left, it reports ``RBCLEAN``,
+    ``RBSCOPE none`` and ``RBKILL 0`` without the scan.
     """
     if not re.fullmatch(r"[A-Z_]+=[A-Za-z0-9_]+", match):
         raise ValueError(f"bad process tag {match!r}")
@@ -180,9 +247,14 @@ def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_p
             'case " $p " in *" $x "*) ;; *) p="$p $x";; esac; done\n'
         )
     strays = _stray_block(below, since) if below and since is not None else ""
+    clean = ""
+    if skip_when_clean and below and since is not None:
+        clean = (_clean_block(below, since)
+                 + 'if [ -n "$g" ]; then echo "RBCLEAN"; echo "RBSCOPE none"; echo "RBKILL 0"; exit 0; fi\n')
     return (
         # The clock first: the caller dates the call's start on the host by it.
         'up=; read -r up rest </proc/uptime 2>/dev/null; echo "RBUP $up"\n'
+        f"{clean}"
         f"{abort}"
         f"p=$(cd /proc 2>/dev/null && grep -lsxzF '{match}' [0-9]*/environ 2>/dev/null | sed 's,/environ,,')\n"
         f"{extra}"
