@@ -36,12 +36,25 @@ def _pids(mark: str, user: str) -> list[int]:
     return [int(line.split()[0]) for line in processes_with(mark, user)]
 
 
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (the marked ``sh`` and the ``sleep`` it waits for)."""
+    found, queue = [], [pid]
+    while queue and len(found) < 64:
+        current = queue.pop()
+        found.append(current)
+        for children in Path(f"/proc/{current}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                queue += [int(c) for c in children.read_text().split()]
+    return found
+
+
 @contextlib.contextmanager
 def _reaped(mark: str, user: str) -> Iterator[None]:
+    """Whatever a test left running under ``mark`` is stopped at its end, children included."""
     try:
         yield
     finally:
-        for pid in _pids(mark, user):
+        for pid in [p for top in _pids(mark, user) for p in _tree(top)]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
