@@ -243,11 +243,11 @@ def ansible(hosts: list[Host], workdir: Path) -> float | None:
 # -- memory --------------------------------------------------------------------------------------
 
 
-def rss_kb() -> int:
+def rss_kb(field: str = "VmRSS") -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1])
-    raise RuntimeError("no VmRSS in /proc/self/status")
+    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 async def _memory_child(kind: str, inventory_file: Path) -> dict[str, float]:
@@ -299,6 +299,7 @@ async def _scale_child(kind: str, inventory_file: Path, forks: int, audit_dir: P
 
     inventory = load_inventory(inventory_file)
     hosts = list(inventory.hosts.values())
+    base_kb = rss_kb()
     before = resource.getrusage(resource.RUSAGE_SELF)
     if kind == "fleet":
         factory = fleet.SessionFactory(inventory, audit=AuditLog(audit_dir))
@@ -311,7 +312,10 @@ async def _scale_child(kind: str, inventory_file: Path, forks: int, audit_dir: P
         elapsed = await _asyncssh_gather(hosts)
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"elapsed": elapsed, "cpu_ms_per_host": cpu * 1000 / len(hosts), "maxrss_mb": after.ru_maxrss / 1024}
+    # VmHWM, not ru_maxrss: the latter keeps the parent's peak across fork and exec.
+    peak_kb = rss_kb("VmHWM")
+    return {"elapsed": elapsed, "cpu_ms_per_host": cpu * 1000 / len(hosts),
+            "growth_kb_per_host": (peak_kb - base_kb) / len(hosts), "peak_mb": peak_kb / 1024}
 
 
 def scale_run(kind: str, inventory_file: Path, forks: int, audit_dir: Path) -> dict[str, float]:
@@ -328,7 +332,8 @@ def scale(all_hosts: list[Host], root: Path, forks_list: list[int], repeat: int)
     inv_file = write_inventory(root / f"inventory-scale-{n}.yaml", all_hosts)
     print(f"\nscale: N={n} hosts, one controller (2-core machine that also runs every sshd); "
           f"median of {repeat} fresh processes each")
-    print(f"{'method':<30}{'wall s':>8}{'hosts/s':>9}{'x ref':>7}{'CPU ms/host':>13}{'peak RSS MiB':>14}")
+    print(f"{'method':<30}{'wall s':>8}{'hosts/s':>9}{'x ref':>7}{'CPU ms/host':>13}{'peak RSS MiB':>14}"
+          f"{'KiB/host':>10}")
     runs: dict[str, list[dict[str, float]]] = {}
     labels = [("asyncssh gather", "asyncssh", n)] + [(f"fleet.exec forks={f} +audit", "fleet", f) for f in forks_list]
     for _ in range(repeat):  # interleaved, like the main table
@@ -345,9 +350,12 @@ def scale(all_hosts: list[Host], root: Path, forks_list: list[int], repeat: int)
             continue
         wall_s = statistics.median(r["elapsed"] for r in got)
         cpu = statistics.median(r["cpu_ms_per_host"] for r in got)
-        rss = statistics.median(r["maxrss_mb"] for r in got)
+        rss = statistics.median(r["peak_mb"] for r in got)
+        growth = statistics.median(r["growth_kb_per_host"] for r in got)
         ratio = f"{wall_s / ref:7.2f}" if ref else f"{'-':>7}"
-        print(f"{label:<30}{wall_s:8.2f}{n / wall_s:9.0f}{ratio}{cpu:13.2f}{rss:14.1f}")
+        print(f"{label:<30}{wall_s:8.2f}{n / wall_s:9.0f}{ratio}{cpu:13.2f}{rss:14.1f}{growth:10.1f}")
+    print("CPU: the controller's user + system time / N; peak RSS: VmHWM of the controller process; "
+          "KiB/host: (peak - RSS before the run) / N")
 
 
 # -- main ----------------------------------------------------------------------------------------

@@ -18,10 +18,10 @@ A call's processes are found three ways, all through /proc (Linux):
   started at the same time: strays are reported, never signalled.
 
 At a session's end, the shell replaces itself with the script, and a cheap check first tells
-whether anything of the session can still exist outside the shell (:func:`_clean_block`): reading
-a few /proc files with shell builtins only, it proves that nothing started since the shell is left
-where an escaped process could be, and the costly scan is then skipped. Whenever it cannot prove
-that, the full scan runs.
+whether anything of the session can still exist outside the shell (:func:`_clean_block`): one
+``awk`` over every process's stat proves that nothing started since the shell is left where an
+escaped process could be, and the costly scan (a dozen processes, every process's environment
+read twice) is then skipped. Whenever it cannot prove that, the full scan runs.
 
 The scripts print ``RBKILL <n>`` (processes signalled), ``RBUP <seconds since boot>``,
 ``RBSCOPE cgroup|none``, one ``RBSTRAY <pid> <name>`` line per stray left alone, and ``RBCLEAN``
@@ -143,59 +143,72 @@ def _stray_block(shell_pid: int, since: int) -> str:
     )
 
 
+# The check of _clean_block. Input: the stat files of every process, as arguments (the shell
+# expanded the list before awk started, so awk itself is not in it), read with getline (a process
+# gone since is skipped). Variables: S the shell, T the tick it started at. Exit status 0: nothing can
+# be left; 1: the full scan must run. Kernel threads never count; a zombie runs nothing.
+_CLEAN_AWK = r"""
+function uid(p,  f, l, u) {
+  if (p in uids) return uids[p]
+  f = "/proc/" p "/status"; u = ""
+  while ((getline l < f) > 0) if (l ~ /^Uid:/) { split(l, a, /[ \t]+/); u = a[2]; break }
+  close(f); uids[p] = u; return u
+}
+BEGIN {
+  for (i = 1; i < ARGC; i++) {
+    f = ARGV[i]; l = ""
+    if ((getline l < f) <= 0) { close(f); continue }
+    close(f)
+    x = f; sub(/^\/proc\//, "", x); sub(/\/stat$/, "", x)
+    s = l; sub(/^.*\) /, "", s); split(s, v, " ")
+    if (int(v[7] / 2097152) % 2) continue
+    pp[x] = v[2]; st[x] = v[20]; zombie[x] = (v[1] == "Z")
+  }
+  if (!(S in pp)) exit 1
+  us = uid(S)
+  if (us == "" || us == 0 || uid(1) == us) exit 1
+  P = pp[S]; n = 0
+  # The ancestors, each with the child on the way to the shell.
+  for (y = S; (y in pp) && pp[y] > 0; y = pp[y]) { via[pp[y]] = y; if (++n > 64) exit 1 }
+  for (x in pp) {
+    if (x == S || zombie[x]) continue
+    if (pp[x] == S) exit 1
+    if (st[x] + 0 < T + 0) continue
+    if ((pp[x] in via) && via[pp[x]] != x) exit 1
+    if (x == P || uid(x) != us) continue
+    y = x
+    for (i = 0; i < 64; i++) {
+      if (y == S || y == P) break
+      q = pp[y]
+      if (!(q in pp) || q <= 1) exit 1
+      if (uid(q) != us) break
+      y = q
+    }
+  }
+  exit 0
+}
+"""
+
+
 def _clean_block(shell_pid: int, since: int) -> str:
     """Sets ``g=1`` only when nothing started since ``since`` (ticks) can be left outside the shell,
-    which must be the process running the script (it replaced itself with it). Builtins only: no
-    process is started, so the shell's children are exactly what its commands left.
+    which must be the process running the script (it replaced itself with it).
 
     Why it is enough: a process the session started is below the shell until an ancestor of it
     exits; it is then adopted by the nearest child subreaper among its ancestors, or by init, so
     it becomes a child of one of the shell's ancestors (the shell's own parent, sshd, ..., init),
-    and what it starts stays below it or is adopted the same way. A stray (see the module
-    docstring) that no process of the session started was started by a process of the user whose
-    ancestry reaches init through the user's processes only: it is below a child of init of that
-    user. So: the shell has no child; no child of any of its ancestors, beside the path to the
-    shell, started since ``since``; and nothing below init's children of the user (or init itself)
-    started since then. Anything this cannot read (no children lists, a vanished ancestor, a tree
-    too large to walk), a root session (every daemon is root's), and a login in a cgroup of its own
-    (the full scan also decides what its strays are) leave ``g`` empty: the full scan runs."""
-    # No 2>/dev/null on each read: the shell's stderr already goes there, and opening it per
-    # file would cost as much as the reads.
+    and what it starts stays below it or is adopted the same way. So the shell has no child, no
+    child of any of its ancestors (beside the way to the shell) started since ``since``, and no
+    process started since then is a stray (the rule of the full scan, see the module docstring: a
+    daemon of the user may start one when asked). One ``awk`` reads every process's stat once and
+    the status of the few that need a user. A root session (every daemon is root's), a host whose
+    init runs as the user, and a login in a cgroup of its own (the full scan also decides what its
+    strays are) leave ``g`` empty, and so does anything the check cannot read: the full scan runs."""
     return (
-        f"S={shell_pid} T={since} g=1\n"
-        # rbst PID: t = start time (ticks since boot), pp = parent; empty when PID is gone. A zombie
-        # (state Z) runs nothing and has no children: it counts as gone.
-        'rbst() { t=; pp=; l=; read -r l </proc/$1/stat; l=${l##*) }; set -- $l; '
-        'pp=${2-}; [ "${1-}" = Z ] || t=${20-}; }\n'
-        'rbuid() { u=; while read -r k a b; do case $k in Uid:) u=$a; break;; esac; done </proc/$1/status; }\n'
-        # rbkids PID: k = its children, of every thread; g cleared when the lists cannot be read.
-        # A thread that ended while its list was read handed its children to another: read again.
-        'rbkids() { j=0; while [ $j -lt 3 ]; do j=$((j + 1)); k=; e=; for f in /proc/$1/task/*/children; do '
-        'if [ -r "$f" ]; then c=; read -r c <"$f"; k="$k $c"; else e=1; fi; done; '
-        '[ -z "$e" ] && return; done; g=; }\n'
-        "rbuid $S; su=$u\n"
-        'case $su in ""|0) g=;; esac\n'
-        "rbuid 1; [ \"$u\" = \"$su\" ] && g=\n"
-        'if [ -n "$g" ]; then while IFS= read -r l; do case $l in *session-*.scope*) g=;; esac; done '
-        "</proc/$S/cgroup; fi\n"
-        'if [ -n "$g" ]; then rbkids $S; case $k in *[0-9]*) g=;; esac; fi\n'
-        # Up the ancestors: their other children must be older than the session.
-        "a=$S; i=0\n"
-        'while [ -n "$g" ] && [ $i -lt 64 ]; do i=$((i + 1)); rbst $a; p=$pp\n'
-        '  case $p in ""|*[!0-9]*) g=; break;; esac\n'
-        '  [ "$p" -le 0 ] && break\n'
-        '  rbkids $p\n'
-        '  for x in $k; do [ "$x" = "$a" ] && continue; rbst $x; [ -n "$t" ] && [ "$t" -ge $T ] && g=; done\n'
-        "  a=$p\n"
-        "done\n"
-        '[ $i -ge 64 ] && g=\n'
-        # Below init's children of the user: nothing new (at most 4096 processes looked at).
-        'if [ -n "$g" ]; then rbkids 1; q=; for x in $k; do rbuid $x; [ "$u" = "$su" ] && q="$q $x"; done; n=0\n'
-        '  while [ -n "$g" ] && [ -n "$q" ]; do w=$q; q=\n'
-        '    for x in $w; do n=$((n + 1)); [ $n -gt 4096 ] && g=; rbst $x; [ -n "$t" ] && [ "$t" -ge $T ] && g=\n'
-        '      rbkids $x; q="$q $k"; done\n'
-        "  done\n"
-        "fi\n"
+        f"S={shell_pid} g=\n"
+        'sc=; while IFS= read -r l; do case $l in *session-*.scope*) sc=1;; esac; done 2>/dev/null '
+        f"</proc/{shell_pid}/cgroup\n"
+        f"[ -z \"$sc\" ] && awk -v S={shell_pid} -v T={since} '{_CLEAN_AWK}' /proc/[0-9]*/stat 2>/dev/null && g=1\n"
     )
 
 
