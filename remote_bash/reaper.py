@@ -146,7 +146,8 @@ def _stray_block(shell_pid: int, since: int) -> str:
 # The check of _clean_block. Input: the stat files of every process, as arguments (the shell
 # expanded the list before awk started, so awk itself is not in it), read with getline (a process
 # gone since is skipped). Variables: S the shell, T the tick it started at. Exit status 0: nothing can
-# be left; 1: the full scan must run. Kernel threads never count; a zombie runs nothing.
+# be left; 1: the full scan must run. Kernel threads never count; a zombie runs nothing. TAG is the
+# session's tag (``NAME=value``); an environment unreadable here is unreadable to the scan too.
 _CLEAN_AWK = r"""
 function uid(p,  f, l, u) {
   if (p in uids) return uids[p]
@@ -154,7 +155,14 @@ function uid(p,  f, l, u) {
   while ((getline l < f) > 0) if (l ~ /^Uid:/) { split(l, a, /[ \t]+/); u = a[2]; break }
   close(f); uids[p] = u; return u
 }
+function tagged(p,  f, l, t) {
+  f = "/proc/" p "/environ"; t = 0
+  while ((getline l < f) > 0) if (index(l, TAG)) { t = 1; break }
+  close(f); return t
+}
 BEGIN {
+  # The environment of the shell holds the tag: if it cannot be read so, no other can.
+  if (!tagged(S)) exit 1
   for (i = 1; i < ARGC; i++) {
     f = ARGV[i]; l = ""
     if ((getline l < f) <= 0) { close(f); continue }
@@ -184,13 +192,16 @@ BEGIN {
       if (uid(q) != us) break
       y = q
     }
+    # Below a process of another user (atd runs a job as the user, with the environment it was given):
+    # the scan would find it by its tag.
+    if (tagged(x)) exit 1
   }
   exit 0
 }
 """
 
 
-def _clean_block(shell_pid: int, since: int) -> str:
+def _clean_block(shell_pid: int, since: int, match: str) -> str:
     """Sets ``g=1`` only when nothing started since ``since`` (ticks) can be left outside the shell,
     which must be the process running the script (it replaced itself with it).
 
@@ -200,15 +211,19 @@ def _clean_block(shell_pid: int, since: int) -> str:
     and what it starts stays below it or is adopted the same way. So the shell has no child, no
     child of any of its ancestors (beside the way to the shell) started since ``since``, and no
     process started since then is a stray (the rule of the full scan, see the module docstring: a
-    daemon of the user may start one when asked). One ``awk`` reads every process's stat once and
-    the status of the few that need a user. A root session (every daemon is root's), a host whose
+    daemon of the user may start one when asked) or, below another user's process, carries the
+    session's tag (``atd`` runs a job so). One ``awk`` reads every process's stat once, and the status
+    and environment of the few that need it. A root session (every daemon is root's), a host whose
     init runs as the user, and a login in a cgroup of its own (the full scan also decides what its
     strays are) leave ``g`` empty, and so does anything the check cannot read: the full scan runs."""
+    # The program goes between single quotes.
+    assert "'" not in _CLEAN_AWK
     return (
         f"S={shell_pid} g=\n"
         'sc=; while IFS= read -r l; do case $l in *session-*.scope*) sc=1;; esac; done 2>/dev/null '
         f"</proc/{shell_pid}/cgroup\n"
-        f"[ -z \"$sc\" ] && awk -v S={shell_pid} -v T={since} '{_CLEAN_AWK}' /proc/[0-9]*/stat 2>/dev/null && g=1\n"
+        f"[ -z \"$sc\" ] && awk -v S={shell_pid} -v T={since} -v TAG={match} '{_CLEAN_AWK}' /proc/[0-9]*/stat "
+        "2>/dev/null && g=1\n"
     )
 
 
@@ -262,7 +277,7 @@ def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_p
     strays = _stray_block(below, since) if below and since is not None else ""
     clean = ""
     if skip_when_clean and below and since is not None:
-        clean = (_clean_block(below, since)
+        clean = (_clean_block(below, since, match)
                  + 'if [ -n "$g" ]; then echo "RBCLEAN"; echo "RBSCOPE none"; echo "RBKILL 0"; exit 0; fi\n')
     return (
         # The clock first: the caller dates the call's start on the host by it.

@@ -129,34 +129,45 @@ async def test_a_clean_session_ends_without_a_report(web1: Host) -> None:
 _SUBREAPER = """
 import ctypes, os, subprocess, sys
 ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-shell = subprocess.Popen(["/bin/sh", "-c", sys.argv[2]], user=sys.argv[1], stderr=subprocess.DEVNULL)
+shell = subprocess.Popen(["/bin/sh", "-c", sys.argv[2]], user=sys.argv[1], group=sys.argv[1], extra_groups=[],
+                         stderr=subprocess.DEVNULL)
 print(shell.pid, file=sys.stderr, flush=True)
 shell.wait()
 """
 
 
-def _run_close(user: str, before: str = "", *, wait_for: str | None = None, subreaper: bool = False) -> str:
+SESSION_ID = "0123456789ab"
+
+
+def _run_close(user: str, before: str = "", *, wait_for: str | None = None, subreaper: bool = False,
+               env_tag: bool = True) -> str:
     """Start ``sh`` as ``user``, run ``before`` in it, then the end-of-session script with that
-    sh as the shell (the session's shell replaces itself with the script: ``$$`` is the shell)."""
+    sh as the shell (the session's shell replaces itself with the script: ``$$`` is the shell). The
+    user's own group, not root's: with another group, the user's processes' environments could not
+    be read, as they can in a login."""
     with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as fh:
         path = Path(fh.name)
     os.chmod(path, 0o644)
     command = f"{before}\nread -r script; . \"$script\""
+    env = {k: v for k, v in os.environ.items() if k != "REMOTE_BASH_SESSION"}
+    if env_tag:
+        env["REMOTE_BASH_SESSION"] = SESSION_ID  # as the session's shell has it
     if subreaper:
         proc = subprocess.Popen([sys.executable, "-c", _SUBREAPER, user, command], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         assert proc.stderr is not None
         shell_pid = int(proc.stderr.readline())
     else:
         proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True, user=user)
+                                stderr=subprocess.DEVNULL, text=True, user=user, group=user, extra_groups=[],
+                                env=env)
         shell_pid = proc.pid
     try:
         stat = Path(f"/proc/{shell_pid}/stat").read_text()
         start = int(stat.rsplit(")", 1)[1].split()[19])
         if wait_for is not None:
             _until(lambda: processes_with(wait_for, user), f"{wait_for} to start")
-        path.write_text(kill_script("REMOTE_BASH_SESSION=0123456789ab", "0", exclude_self=True, below=shell_pid,
+        path.write_text(kill_script(f"REMOTE_BASH_SESSION={SESSION_ID}", "0", exclude_self=True, below=shell_pid,
                                     since=start - 1, skip_when_clean=True))
         out, _ = proc.communicate(f"{path}\n", timeout=60)
         return out
@@ -192,7 +203,7 @@ def test_the_check_passes_when_nothing_was_started(local_user: str, subreaper: b
 def test_the_check_fails_for_a_job_still_running(local_user: str, split_marker: tuple[str, str]) -> None:
     a, b = split_marker
     out = _run_close(local_user, f"p={a} q={b}; sh -c \"sleep 300; : $p$q\" >/dev/null 2>&1 &", wait_for=a + b)
-    assert "RBCLEAN" not in out, out
+    assert "RBCLEAN" not in out and "RBKILL" in out, out
 
 
 LEFT_THE_TREE = {
@@ -213,7 +224,7 @@ def test_the_check_fails_for_a_process_that_left_the_tree(local_user: str, split
     a, b = split_marker
     start = f"p={a} q={b}; " + LEFT_THE_TREE[how].format(cmd="sh -c \"sleep 300; : $p$q\"")
     out = _run_close(local_user, start, wait_for=a + b, subreaper=subreaper)
-    assert "RBCLEAN" not in out, out
+    assert "RBCLEAN" not in out and "RBKILL" in out, out
 
 
 def test_the_check_fails_for_a_process_an_older_daemon_started(local_user: str,
@@ -224,10 +235,35 @@ def test_the_check_fails_for_a_process_an_older_daemon_started(local_user: str,
     daemon = f"p={a} q={b}; sleep 1; sh -c \"sleep 300; : $p$q\" & sleep 20"
     starter = subprocess.Popen(
         ["/bin/sh", "-c", f"( ( exec setsid sh -c '{daemon}' </dev/null >/dev/null 2>&1 & ) & )"],
-        user=local_user, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        user=local_user, group=local_user, extra_groups=[], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     starter.wait(timeout=10)
     _until(lambda: processes_with(f"p={a} q={b}", local_user), "the daemon to start")
     # The shell starts well after the daemon (start times are in ticks of 10 ms), its child later.
     time.sleep(0.2)
     out = _run_close(local_user, "true", wait_for=a + b)
-    assert "RBCLEAN" not in out, out
+    assert "RBCLEAN" not in out and "RBKILL" in out, out
+
+
+def test_the_check_fails_for_a_tagged_process_below_another_users_daemon(local_user: str,
+                                                                         split_marker: tuple[str, str]) -> None:
+    """As ``atd`` runs a job: a root daemon older than the shell starts a process of the user with
+    the session's tag. Not a stray (its parent is root's), but the scan finds it by its tag."""
+    a, b = split_marker
+    job = f"p={a} q={b}; sleep 1; runuser -u {local_user} -- env REMOTE_BASH_SESSION={SESSION_ID} " \
+          f"sh -c \"sleep 300; : $p$q\" & sleep 20"
+    daemon = subprocess.Popen(["/bin/sh", "-c", job], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _until(lambda: processes_with(f"p={a} q={b}", "root"), "the daemon to start")
+        time.sleep(0.2)
+        out = _run_close(local_user, "true", wait_for=a + b)
+        assert "RBCLEAN" not in out and "RBKILL" in out, out
+    finally:
+        daemon.kill()
+        daemon.wait(timeout=10)
+
+
+def test_the_check_fails_when_the_shell_lost_its_tag(local_user: str) -> None:
+    """The shell's own environment is the check's proof that environments can be read: without the
+    tag there (a command unset it), the scan runs."""
+    out = _run_close(local_user, "true", env_tag=False)
+    assert "RBCLEAN" not in out and "RBKILL" in out, out
