@@ -19,7 +19,18 @@ ansible times are wall times of the whole process, start-up included (what a use
 Then client memory per open session at the largest N: VmRSS growth / N in a fresh child
 process, sessions held open.
 
+Rounds are interleaved (each round runs the reference, then every contender), so a machine whose
+load changes during the run moves the reference and the contenders alike; the table shows each
+median next to the reference's median of the same N, their ratio and the target where there is one.
+A row is one entry of ``ROWS`` (name, function of the hosts, target ratio or None).
+
+``--scale 200`` then runs ``fleet.exec`` (audit on) on that many hosts, each in a fresh process, for
+each of ``--scale-forks``: hosts per second, client CPU per host (``getrusage``, user + system) and
+peak client memory (``ru_maxrss``), next to the asyncssh gather's, to show where one controller
+saturates.
+
 Run: python bench/bench_fleet.py [--sizes 10,30,100] [--repeat 3] [--skip ansible,parallel-ssh]
+                                 [--scale 200 --scale-forks 10,25,50,100,200]
 All traffic stays on loopback; every subprocess has a timeout.
 """
 
@@ -39,7 +50,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -233,11 +243,11 @@ def ansible(hosts: list[Host], workdir: Path) -> float | None:
 # -- memory --------------------------------------------------------------------------------------
 
 
-def rss_kb() -> int:
+def rss_kb(field: str = "VmRSS") -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1])
-    raise RuntimeError("no VmRSS in /proc/self/status")
+    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 async def _memory_child(kind: str, inventory_file: Path) -> dict[str, float]:
@@ -279,21 +289,117 @@ def memory(kind: str, inventory_file: Path) -> dict[str, float]:
     return data
 
 
+# -- scale: one controller, many hosts ------------------------------------------------------------
+
+
+async def _scale_child(kind: str, inventory_file: Path, forks: int, audit_dir: Path) -> dict[str, float]:
+    """Runs in a fresh process: one fan-out over every host of the inventory, with its wall time,
+    the client's CPU (user + system) and its peak RSS."""
+    import resource
+
+    inventory = load_inventory(inventory_file)
+    hosts = list(inventory.hosts.values())
+    base_kb = rss_kb()
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    if kind == "fleet":
+        factory = fleet.SessionFactory(inventory, audit=AuditLog(audit_dir))
+        start = time.perf_counter()
+        result = await fleet.exec(inventory, "all", COMMAND, forks=forks, session_factory=factory)
+        elapsed = time.perf_counter() - start
+        if not result.ok:
+            raise SystemExit(fleet.format_recap(result))
+    else:
+        elapsed = await _asyncssh_gather(hosts)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    # VmHWM, not ru_maxrss: the latter keeps the parent's peak across fork and exec.
+    peak_kb = rss_kb("VmHWM")
+    return {"elapsed": elapsed, "cpu_ms_per_host": cpu * 1000 / len(hosts),
+            "growth_kb_per_host": (peak_kb - base_kb) / len(hosts), "peak_mb": peak_kb / 1024}
+
+
+def scale_run(kind: str, inventory_file: Path, forks: int, audit_dir: Path) -> dict[str, float]:
+    proc = subprocess.run([sys.executable, __file__, "--scale-child", kind, str(inventory_file), str(forks),
+                           str(audit_dir)], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError((proc.stderr or proc.stdout)[-800:])
+    data: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return data
+
+
+def scale(all_hosts: list[Host], root: Path, forks_list: list[int], repeat: int) -> None:
+    n = len(all_hosts)
+    inv_file = write_inventory(root / f"inventory-scale-{n}.yaml", all_hosts)
+    print(f"\nscale: N={n} hosts, one controller (2-core machine that also runs every sshd); "
+          f"median of {repeat} fresh processes each")
+    print(f"{'method':<30}{'wall s':>8}{'hosts/s':>9}{'x ref':>7}{'CPU ms/host':>13}{'peak RSS MiB':>14}"
+          f"{'KiB/host':>10}")
+    runs: dict[str, list[dict[str, float]]] = {}
+    labels = [("asyncssh gather", "asyncssh", n)] + [(f"fleet.exec forks={f} +audit", "fleet", f) for f in forks_list]
+    for _ in range(repeat):  # interleaved, like the main table
+        for label, kind, forks in labels:
+            try:
+                runs.setdefault(label, []).append(scale_run(kind, inv_file, forks, root / "audit-scale"))
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                print(f"  {label}: failed: {str(exc).strip()[:300]}")
+    ref = statistics.median(r["elapsed"] for r in runs.get("asyncssh gather", [])) if runs.get("asyncssh gather") \
+        else None
+    for label, _kind, _forks in labels:
+        got = runs.get(label)
+        if not got:
+            continue
+        wall_s = statistics.median(r["elapsed"] for r in got)
+        cpu = statistics.median(r["cpu_ms_per_host"] for r in got)
+        rss = statistics.median(r["peak_mb"] for r in got)
+        growth = statistics.median(r["growth_kb_per_host"] for r in got)
+        ratio = f"{wall_s / ref:7.2f}" if ref else f"{'-':>7}"
+        print(f"{label:<30}{wall_s:8.2f}{n / wall_s:9.0f}{ratio}{cpu:13.2f}{rss:14.1f}{growth:10.1f}")
+    print("CPU: the controller's user + system time / N; peak RSS: VmHWM of the controller process; "
+          "KiB/host: (peak - RSS before the run) / N")
+
+
 # -- main ----------------------------------------------------------------------------------------
+
+Row = tuple[str, Callable[[list[Host], Inventory, Path, Path], float | None], float | None]
+"""A contender: its name, how to time it once on the first N hosts (hosts, their inventory, that
+inventory's file, a scratch directory), and its target ratio to the reference (None: no target)."""
+
+REFERENCE = "asyncssh gather"
+
+ROWS: list[Row] = [
+    (REFERENCE, lambda hosts, inv, f, d: asyncssh_gather(hosts), None),
+    ("RemoteBashSession gather", lambda hosts, inv, f, d: raw_sessions(hosts), None),
+    ("fleet.exec forks=N", lambda hosts, inv, f, d: fleet_exec(inv, len(hosts)), None),
+    ("fleet.exec forks=10", lambda hosts, inv, f, d: fleet_exec(inv, 10), None),
+    ("fleet.exec forks=N +audit", lambda hosts, inv, f, d: fleet_exec(inv, len(hosts), d / "audit"), 1.15),
+    ("cli remote-bash fleet exec", lambda hosts, inv, f, d: cli(f, len(hosts), d / "audit-cli"), None),
+    ("parallel-ssh", lambda hosts, inv, f, d: parallel_ssh(hosts), None),
+    ("ssh & wait", lambda hosts, inv, f, d: ssh_loop(hosts, d / f"ssh-{len(hosts)}"), None),
+    ("ansible -m shell pipelining", lambda hosts, inv, f, d: ansible(hosts, d / f"ansible-{len(hosts)}"), None),
+]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10,30,100", help="comma-separated host counts")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement; the median is shown")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds per measurement; the median is shown")
     parser.add_argument("--skip", default="", help="comma-separated contenders to leave out "
-                        "(cli, parallel-ssh, ssh, ansible, memory)")
+                        "(cli, parallel-ssh, ssh, ansible, memory, RemoteBashSession, ...: a row's first word "
+                        "or its whole name)")
+    parser.add_argument("--scale", type=int, default=0, help="also the one-controller scale run on this many hosts")
+    parser.add_argument("--scale-forks", default="10,25,50,100,200", help="forks values of the scale run")
     parser.add_argument("--memory-child", nargs=2, metavar=("KIND", "INVENTORY"), help=argparse.SUPPRESS)
+    parser.add_argument("--scale-child", nargs=4, metavar=("KIND", "INVENTORY", "FORKS", "AUDIT"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:
         kind, path = args.memory_child
         print(json.dumps(asyncio.run(_memory_child(kind, Path(path)))))
+        return
+    if args.scale_child:
+        kind, path, forks, audit = args.scale_child
+        print(json.dumps(asyncio.run(_scale_child(kind, Path(path), int(forks), Path(audit)))))
         return
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
@@ -306,45 +412,44 @@ def main() -> None:
     if shutil.which("ansible") is None:
         skip.add("ansible")
         notes.append("ansible: not installed (pip install ansible-core); skipped")
+    rows = [row for row in ROWS if row[0] == REFERENCE or (row[0].split(" ")[0] not in skip and row[0] not in skip)]
 
     root = Path(tempfile.mkdtemp(prefix="rb-bench-fleet-"))
     os.chmod(root, 0o755)  # noqa: S103 (sshd, running as the test user, must reach the keys)
     th = make_test_hosts(root)
     try:
         t = time.perf_counter()
-        all_hosts = start_hosts(th, max(sizes))
+        all_hosts = start_hosts(th, max([*sizes, args.scale]))
         print(f"started {len(all_hosts)} sshd in {time.perf_counter() - t:.1f} s", file=sys.stderr)
         table: dict[str, dict[int, float | None]] = {}
-
-        def record(name: str, n: int, fn: Callable[[], float | None]) -> None:
-            label = name.split(" ")[0]
-            if label in skip or name in skip:
-                return
-            try:
-                value = timed(fn, args.repeat)
-            except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
-                notes.append(f"{name} at N={n}: failed: {str(exc).strip()[:300]}")
-                value = None
-            table.setdefault(name, {})[n] = value
-            shown = "-" if value is None else f"{value:.3f}s"
-            print(f"N={n:<4} {name:<34} {shown}", file=sys.stderr)
-
         for n in sizes:
             hosts = all_hosts[:n]
             inventory = Inventory(hosts={h.name: h for h in hosts})
             inv_file = write_inventory(root / f"inventory-{n}.yaml", hosts)
             asyncssh_gather(hosts)  # warm-up: first connections, sshd caches
-            record("asyncssh gather", n, partial(asyncssh_gather, hosts))
-            record("RemoteBashSession gather", n, partial(raw_sessions, hosts))
-            record("fleet.exec forks=N", n, partial(fleet_exec, inventory, n))
-            record("fleet.exec forks=10", n, partial(fleet_exec, inventory, 10))
-            record("fleet.exec forks=N +audit", n, partial(fleet_exec, inventory, n, root / "audit"))
-            record("cli remote-bash fleet exec", n, partial(cli, inv_file, n, root / "audit-cli"))
-            record("parallel-ssh", n, partial(parallel_ssh, hosts))
-            record("ssh & wait", n, partial(ssh_loop, hosts, root / f"ssh-{n}"))
-            record("ansible -m shell pipelining", n, partial(ansible, hosts, root / f"ansible-{n}"))
+            times: dict[str, list[float]] = {}
+            failed: set[str] = set()
+            for _ in range(args.repeat):
+                for name, fn, _target in rows:
+                    if name in failed:
+                        continue
+                    try:
+                        value = fn(hosts, inventory, inv_file, root)
+                    except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
+                        notes.append(f"{name} at N={n}: failed: {str(exc).strip()[:300]}")
+                        failed.add(name)
+                        continue
+                    if value is None:
+                        failed.add(name)
+                        continue
+                    times.setdefault(name, []).append(value)
+            for name, _fn, _target in rows:
+                got = times.get(name) if name not in failed else None
+                table.setdefault(name, {})[n] = statistics.median(got) if got else None
+                shown = "-" if not got else f"{statistics.median(got):.3f}s"
+                print(f"N={n:<4} {name:<34} {shown}", file=sys.stderr)
 
-        print_table(table, sizes)
+        print_table(table, sizes, rows)
         if "memory" not in skip:
             n = max(sizes)
             inv_file = root / f"inventory-{n}.yaml"
@@ -356,6 +461,9 @@ def main() -> None:
                     print(f"  {kind:<9} {kib:7.1f} KiB/session   ({mib:.1f} MiB in all)")
                 except (RuntimeError, subprocess.TimeoutExpired) as exc:
                     print(f"  {kind:<9} failed: {exc}")
+        if args.scale:
+            forks_list = sorted({int(f) for f in args.scale_forks.split(",") if f.strip()})
+            scale(all_hosts[:args.scale], root, forks_list, args.repeat)
         for note in notes:
             print(f"note: {note}")
     finally:
@@ -363,20 +471,27 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def print_table(table: dict[str, dict[int, float | None]], sizes: list[int]) -> None:
-    ref = table.get("asyncssh gather", {})
-    head = f"{'method (median wall time, s)':<34}" + "".join(f"{'N=' + str(n):>9}" for n in sizes)
-    head += "".join(f"{'x@' + str(n):>8}" for n in sizes)
+def print_table(table: dict[str, dict[int, float | None]], sizes: list[int], rows: list[Row]) -> None:
+    """One line per row and N: its median, the reference's median at that N, the ratio, the target."""
+    ref = table.get(REFERENCE, {})
+    head = f"{'method (median wall time, s)':<34}{'N':>5}{'time':>9}{'reference':>11}{'ratio':>8}{'target':>8}"
     print("\n" + head)
     print("-" * len(head))
-    for name, row in table.items():
-        cells = "".join(f"{row[n]:9.3f}" if row.get(n) is not None else f"{'-':>9}" for n in sizes)
-        ratios = ""
+    targets = {name: target for name, _fn, target in rows}
+    for name, by_n in table.items():
+        if name == REFERENCE:
+            continue
         for n in sizes:
-            value, base = row.get(n), ref.get(n)
-            ratios += f"{value / base:8.2f}" if value is not None and base else f"{'-':>8}"
-        print(f"{name:<34}{cells}{ratios}")
-    print("x@N: time / asyncssh gather at the same N")
+            value, base = by_n.get(n), ref.get(n)
+            target = targets.get(name)
+            cells = f"{value:9.3f}" if value is not None else f"{'-':>9}"
+            cells += f"{base:11.3f}" if base else f"{'-':>11}"
+            cells += f"{value / base:8.2f}" if value is not None and base else f"{'-':>8}"
+            if target is not None:
+                met = value is not None and base and value / base <= target
+                cells += f"{'<=' + format(target, 'g'):>8} {'met' if met else 'NOT met'}"
+            print(f"{name:<34}{n:>5}{cells}")
+    print(f"ratio: time / {REFERENCE} at the same N (rounds interleaved)")
 
 
 if __name__ == "__main__":

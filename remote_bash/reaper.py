@@ -17,8 +17,15 @@ A call's processes are found three ways, all through /proc (Linux):
   rest. Elsewhere nothing tells a stray of this call from one of another login of the same user
   started at the same time: strays are reported, never signalled.
 
+At a session's end, the shell replaces itself with the script, and a cheap check first tells
+whether anything of the session can still exist outside the shell (:func:`_clean_block`): one
+``awk`` over every process's stat proves that nothing started since the shell is left where an
+escaped process could be, and the costly scan (a dozen processes, every process's environment
+read twice) is then skipped. Whenever it cannot prove that, the full scan runs.
+
 The scripts print ``RBKILL <n>`` (processes signalled), ``RBUP <seconds since boot>``,
-``RBSCOPE cgroup|none`` and one ``RBSTRAY <pid> <name>`` line per stray left alone.
+``RBSCOPE cgroup|none``, one ``RBSTRAY <pid> <name>`` line per stray left alone, and ``RBCLEAN``
+when the check above made the scan needless.
 This module does no I/O; nothing here runs a process.
 """
 
@@ -136,9 +143,93 @@ def _stray_block(shell_pid: int, since: int) -> str:
     )
 
 
+# The check of _clean_block. Input: the stat files of every process, as arguments (the shell
+# expanded the list before awk started, so awk itself is not in it), read with getline (a process
+# gone since is skipped). Variables: S the shell, T the tick it started at. Exit status 0: nothing can
+# be left; 1: the full scan must run. Kernel threads never count; a zombie runs nothing. TAG is the
+# session's tag (``NAME=value``); an environment unreadable here is unreadable to the scan too.
+_CLEAN_AWK = r"""
+function uid(p,  f, l, u) {
+  if (p in uids) return uids[p]
+  f = "/proc/" p "/status"; u = ""
+  while ((getline l < f) > 0) if (l ~ /^Uid:/) { split(l, a, /[ \t]+/); u = a[2]; break }
+  close(f); uids[p] = u; return u
+}
+function tagged(p,  f, l, t) {
+  f = "/proc/" p "/environ"; t = 0
+  while ((getline l < f) > 0) if (index(l, TAG)) { t = 1; break }
+  close(f); return t
+}
+BEGIN {
+  # The environment of the shell holds the tag: if it cannot be read so, no other can.
+  if (!tagged(S)) exit 1
+  for (i = 1; i < ARGC; i++) {
+    f = ARGV[i]; l = ""
+    if ((getline l < f) <= 0) { close(f); continue }
+    close(f)
+    x = f; sub(/^\/proc\//, "", x); sub(/\/stat$/, "", x)
+    s = l; sub(/^.*\) /, "", s); split(s, v, " ")
+    if (int(v[7] / 2097152) % 2) continue
+    pp[x] = v[2]; st[x] = v[20]; zombie[x] = (v[1] == "Z")
+  }
+  if (!(S in pp)) exit 1
+  us = uid(S)
+  if (us == "" || us == 0 || uid(1) == us) exit 1
+  P = pp[S]; n = 0
+  # The ancestors, each with the child on the way to the shell.
+  for (y = S; (y in pp) && pp[y] > 0; y = pp[y]) { via[pp[y]] = y; if (++n > 64) exit 1 }
+  for (x in pp) {
+    if (x == S || zombie[x]) continue
+    if (pp[x] == S) exit 1
+    if (st[x] + 0 < T + 0) continue
+    if ((pp[x] in via) && via[pp[x]] != x) exit 1
+    if (x == P || uid(x) != us) continue
+    y = x
+    for (i = 0; i < 64; i++) {
+      if (y == S || y == P) break
+      q = pp[y]
+      if (!(q in pp) || q <= 1) exit 1
+      if (uid(q) != us) break
+      y = q
+    }
+    # Below a process of another user (atd runs a job as the user, with the environment it was given):
+    # the scan would find it by its tag.
+    if (tagged(x)) exit 1
+  }
+  exit 0
+}
+"""
+
+
+def _clean_block(shell_pid: int, since: int, match: str) -> str:
+    """Sets ``g=1`` only when nothing started since ``since`` (ticks) can be left outside the shell,
+    which must be the process running the script (it replaced itself with it).
+
+    Why it is enough: a process the session started is below the shell until an ancestor of it
+    exits; it is then adopted by the nearest child subreaper among its ancestors, or by init, so
+    it becomes a child of one of the shell's ancestors (the shell's own parent, sshd, ..., init),
+    and what it starts stays below it or is adopted the same way. So the shell has no child, no
+    child of any of its ancestors (beside the way to the shell) started since ``since``, and no
+    process started since then is a stray (the rule of the full scan, see the module docstring: a
+    daemon of the user may start one when asked) or, below another user's process, carries the
+    session's tag (``atd`` runs a job so). One ``awk`` reads every process's stat once, and the status
+    and environment of the few that need it. A root session (every daemon is root's), a host whose
+    init runs as the user, and a login in a cgroup of its own (the full scan also decides what its
+    strays are) leave ``g`` empty, and so does anything the check cannot read: the full scan runs."""
+    # The program goes between single quotes.
+    assert "'" not in _CLEAN_AWK
+    return (
+        f"S={shell_pid} g=\n"
+        'sc=; while IFS= read -r l; do case $l in *session-*.scope*) sc=1;; esac; done 2>/dev/null '
+        f"</proc/{shell_pid}/cgroup\n"
+        f"[ -z \"$sc\" ] && awk -v S={shell_pid} -v T={since} -v TAG={match} '{_CLEAN_AWK}' /proc/[0-9]*/stat "
+        "2>/dev/null && g=1\n"
+    )
+
+
 def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_pid: int | None = None,
                 exclude_self: bool = False, below: int | None = None, untagged_only: bool = False,
-                since: int | None = None) -> str:
+                since: int | None = None, skip_when_clean: bool = False) -> str:
     """A POSIX sh script that signals every process whose environment holds ``match``
     (``NAME=value``), and ``also_pid`` if given, then prints ``RBKILL <count>`` of the
     processes it found. ``signal`` ``0`` only counts.
@@ -146,6 +237,10 @@ def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_p
     With ``below``, the descendants of that pid (the shell) are added too: all of them, or with
     ``untagged_only`` those that carry no call tag at all. With ``since`` (ticks since boot) and
     ``below``, strays started since then are looked for as well (see the module docstring).
+
+    ``skip_when_clean`` is for a script the shell ``below`` replaced itself with (its end): when
+    :func:`_clean_block` proves nothing of the session can be left, it reports ``RBCLEAN``,
+    ``RBSCOPE none`` and ``RBKILL 0`` without the scan.
     """
     if not re.fullmatch(r"[A-Z_]+=[A-Za-z0-9_]+", match):
         raise ValueError(f"bad process tag {match!r}")
@@ -180,9 +275,14 @@ def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_p
             'case " $p " in *" $x "*) ;; *) p="$p $x";; esac; done\n'
         )
     strays = _stray_block(below, since) if below and since is not None else ""
+    clean = ""
+    if skip_when_clean and below and since is not None:
+        clean = (_clean_block(below, since, match)
+                 + 'if [ -n "$g" ]; then echo "RBCLEAN"; echo "RBSCOPE none"; echo "RBKILL 0"; exit 0; fi\n')
     return (
         # The clock first: the caller dates the call's start on the host by it.
         'up=; read -r up rest </proc/uptime 2>/dev/null; echo "RBUP $up"\n'
+        f"{clean}"
         f"{abort}"
         f"p=$(cd /proc 2>/dev/null && grep -lsxzF '{match}' [0-9]*/environ 2>/dev/null | sed 's,/environ,,')\n"
         f"{extra}"

@@ -482,8 +482,8 @@ class RemoteBashSession:
                 shell.on_data = collect
                 with contextlib.suppress(RemoteBashError):
                     shell.write(framing.exit_frame(reaper.kill_script(
-                        tag, "KILL", exclude_self=True, below=info.shell_pid, since=since), self._names,
-                        restart=self._driver_left))
+                        tag, "KILL", exclude_self=True, below=info.shell_pid, since=since,
+                        skip_when_clean=True), self._names, restart=self._driver_left))
                 waiters = [asyncio.ensure_future(reported.wait()), asyncio.ensure_future(shell.closed.wait())]
                 try:
                     await asyncio.wait(waiters, timeout=10, return_when=asyncio.FIRST_COMPLETED)

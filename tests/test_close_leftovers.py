@@ -1,0 +1,269 @@
+"""A session's end skips the costly scan for leftovers only when nothing can be left.
+
+End to end: every way a command can leave something running (a job, ``nohup``, ``disown``,
+``setsid``, a double fork, a daemon that cleared its environment) is still found at close and
+stopped, or reported when nothing tells whose it is. Then the check itself, run in a local
+process of the test user that stands for the shell: it passes when nothing was started, and fails
+for each way something could have been left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from remote_bash import Host, RemoteBashSession
+from remote_bash.reaper import kill_script
+
+from .sshd import TestHosts, processes_with
+
+
+def _marker() -> str:
+    return f"rbleft{uuid.uuid4().hex[:10]}"
+
+
+def _pids(mark: str, user: str) -> list[int]:
+    return [int(line.split()[0]) for line in processes_with(mark, user)]
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (the marked ``sh`` and the ``sleep`` it waits for)."""
+    found, queue = [], [pid]
+    while queue and len(found) < 64:
+        current = queue.pop()
+        found.append(current)
+        for children in Path(f"/proc/{current}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                queue += [int(c) for c in children.read_text().split()]
+    return found
+
+
+@contextlib.contextmanager
+def _reaped(mark: str, user: str) -> Iterator[None]:
+    """Whatever a test left running under ``mark`` is stopped at its end, children included."""
+    try:
+        yield
+    finally:
+        for pid in [p for top in _pids(mark, user) for p in _tree(top)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _until(predicate: object, what: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+# Each leaves `sh -c 'sleep 300; : MARK'` running after the call returns (sh stays, so its command
+# line keeps the marker).
+TAGGED = {
+    "job": "{cmd} &",
+    "nohup": "nohup {cmd} >/dev/null 2>&1 &",
+    "disown": "{cmd} & disown",
+    "setsid": "setsid {cmd} >/dev/null 2>&1 < /dev/null &",
+    "setsid -f": "setsid -f {cmd} >/dev/null 2>&1 < /dev/null",
+    "double fork": "( ( exec setsid {cmd} >/dev/null 2>&1 < /dev/null & ) & )",
+}
+
+
+@pytest.mark.parametrize("how", sorted(TAGGED))
+async def test_close_stops_what_a_command_left_running(web1: Host, hosts: TestHosts, how: str) -> None:
+    mark = _marker()
+    with _reaped(mark, hosts.user):
+        session = RemoteBashSession(web1, kill_grace=0.5, audit=False)
+        await session.start()
+        r = await session.run(TAGGED[how].format(cmd=f"sh -c 'sleep 300; : {mark}'") + "\necho started")
+        assert "started" in r.output
+        _until(lambda: _pids(mark, hosts.user), f"the {how} process to start")
+        report = await session.close()
+        assert report is not None and report.signals == ["KILL"], report
+        _until(lambda: not _pids(mark, hosts.user), f"close to stop the {how} process")
+
+
+@pytest.mark.parametrize("how", ["env -i setsid", "env -i double fork"])
+async def test_close_reports_a_daemon_that_cleared_its_environment(web1: Host, hosts: TestHosts, how: str) -> None:
+    mark = _marker()
+    command = {
+        "env -i setsid": "(env -i setsid sh -c 'sleep 300; : {mark}' &)",
+        "env -i double fork": "( ( exec env -i setsid sh -c 'sleep 300; : {mark}' & ) & )",
+    }[how].format(mark=mark)
+    with _reaped(mark, hosts.user):
+        session = RemoteBashSession(web1, kill_grace=0.5, audit=False)
+        await session.start()
+        await session.run(command)
+        _until(lambda: _pids(mark, hosts.user), "the daemon to start")
+        report = await session.close()
+        pids = _pids(mark, hosts.user)
+        # No login cgroup here: the full scan ran, and says what it could not tell apart.
+        assert report is not None and report.unchecked is not None, report
+        assert pids and str(pids[0]) in report.unchecked
+
+
+async def test_a_clean_session_ends_without_a_report(web1: Host) -> None:
+    async with RemoteBashSession(web1, audit=False) as session:
+        await session.run("uname -a; ls / >/dev/null")
+    assert session.last_kill is not None
+    assert session.last_kill.signals == [] and session.last_kill.unchecked is None
+
+
+# -- the check itself, in a local process that stands for the shell --------------------------------
+
+
+# Stands between the test and the shell as a child subreaper (as a container's init or a service
+# manager can): what leaves the shell's tree is adopted by it, not by init. It prints the shell's pid,
+# then reaps every child until the shell has ended.
+_SUBREAPER = """
+import ctypes, os, subprocess, sys
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+shell = subprocess.Popen(["/bin/sh", "-c", sys.argv[2]], user=sys.argv[1], group=sys.argv[1], extra_groups=[],
+                         stderr=subprocess.DEVNULL)
+print(shell.pid, file=sys.stderr, flush=True)
+shell.wait()
+"""
+
+
+SESSION_ID = "0123456789ab"
+
+
+def _run_close(user: str, before: str = "", *, wait_for: str | None = None, subreaper: bool = False,
+               env_tag: bool = True) -> str:
+    """Start ``sh`` as ``user``, run ``before`` in it, then the end-of-session script with that
+    sh as the shell (the session's shell replaces itself with the script: ``$$`` is the shell). The
+    user's own group, not root's: with another group, the user's processes' environments could not
+    be read, as they can in a login."""
+    with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as fh:
+        path = Path(fh.name)
+    os.chmod(path, 0o644)
+    command = f"{before}\nread -r script; . \"$script\""
+    env = {k: v for k, v in os.environ.items() if k != "REMOTE_BASH_SESSION"}
+    if env_tag:
+        env["REMOTE_BASH_SESSION"] = SESSION_ID  # as the session's shell has it
+    if subreaper:
+        proc = subprocess.Popen([sys.executable, "-c", _SUBREAPER, user, command], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        assert proc.stderr is not None
+        shell_pid = int(proc.stderr.readline())
+    else:
+        proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, user=user, group=user, extra_groups=[],
+                                env=env)
+        shell_pid = proc.pid
+    try:
+        stat = Path(f"/proc/{shell_pid}/stat").read_text()
+        start = int(stat.rsplit(")", 1)[1].split()[19])
+        if wait_for is not None:
+            _until(lambda: processes_with(wait_for, user), f"{wait_for} to start")
+        path.write_text(kill_script(f"REMOTE_BASH_SESSION={SESSION_ID}", "0", exclude_self=True, below=shell_pid,
+                                    since=start - 1, skip_when_clean=True))
+        out, _ = proc.communicate(f"{path}\n", timeout=60)
+        return out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+        path.unlink()
+
+
+@pytest.fixture
+def local_user(hosts: TestHosts) -> str:
+    if os.geteuid() != 0:
+        pytest.skip("runs the check as the test user (needs root to switch to it)")
+    return hosts.user
+
+
+@pytest.fixture
+def split_marker(hosts: TestHosts) -> Iterator[tuple[str, str]]:
+    """A marker in two halves: the shell's command line holds each half, only the process it
+    leaves holds them joined."""
+    mark = _marker()
+    with _reaped(mark, hosts.user):
+        yield mark[:8], mark[8:]
+
+
+@pytest.mark.parametrize("subreaper", [False, True], ids=["init", "subreaper"])
+def test_the_check_passes_when_nothing_was_started(local_user: str, subreaper: bool) -> None:
+    out = _run_close(local_user, "ls / >/dev/null; true", subreaper=subreaper)
+    assert "RBCLEAN" in out and "RBKILL 0" in out, out
+
+
+def test_the_check_fails_for_a_job_still_running(local_user: str, split_marker: tuple[str, str]) -> None:
+    a, b = split_marker
+    out = _run_close(local_user, f"p={a} q={b}; sh -c \"sleep 300; : $p$q\" >/dev/null 2>&1 &", wait_for=a + b)
+    assert "RBCLEAN" not in out and "RBKILL" in out, out
+
+
+LEFT_THE_TREE = {
+    "setsid": "( setsid {cmd} >/dev/null 2>&1 </dev/null & )",
+    "nohup": "( nohup {cmd} >/dev/null 2>&1 & )",
+    "disown": "export p q; ( bash -c '{cmd} >/dev/null 2>&1 & disown' )",
+    "double fork": "( ( {cmd} >/dev/null 2>&1 </dev/null & ) & ); wait",
+    "env -i double fork": "( ( exec env -i setsid {cmd} </dev/null >/dev/null 2>&1 & ) & ); wait",
+}
+
+
+@pytest.mark.parametrize("subreaper", [False, True], ids=["init", "subreaper"])
+@pytest.mark.parametrize("how", sorted(LEFT_THE_TREE))
+def test_the_check_fails_for_a_process_that_left_the_tree(local_user: str, split_marker: tuple[str, str],
+                                                          how: str, subreaper: bool) -> None:
+    """Adopted by init (a child of init of the user) or by a subreaper above the shell (a child of
+    one of the shell's ancestors): each is looked for on its own."""
+    a, b = split_marker
+    start = f"p={a} q={b}; " + LEFT_THE_TREE[how].format(cmd="sh -c \"sleep 300; : $p$q\"")
+    out = _run_close(local_user, start, wait_for=a + b, subreaper=subreaper)
+    assert "RBCLEAN" not in out and "RBKILL" in out, out
+
+
+def test_the_check_fails_for_a_process_an_older_daemon_started(local_user: str,
+                                                               split_marker: tuple[str, str]) -> None:
+    """A process of the user started since the shell by a daemon of the user older than the shell:
+    the full scan reports it as a stray, so the check must leave the scan to run."""
+    a, b = split_marker
+    daemon = f"p={a} q={b}; sleep 1; sh -c \"sleep 300; : $p$q\" & sleep 20"
+    starter = subprocess.Popen(
+        ["/bin/sh", "-c", f"( ( exec setsid sh -c '{daemon}' </dev/null >/dev/null 2>&1 & ) & )"],
+        user=local_user, group=local_user, extra_groups=[], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    starter.wait(timeout=10)
+    _until(lambda: processes_with(f"p={a} q={b}", local_user), "the daemon to start")
+    # The shell starts well after the daemon (start times are in ticks of 10 ms), its child later.
+    time.sleep(0.2)
+    out = _run_close(local_user, "true", wait_for=a + b)
+    assert "RBCLEAN" not in out and "RBKILL" in out, out
+
+
+def test_the_check_fails_for_a_tagged_process_below_another_users_daemon(local_user: str,
+                                                                         split_marker: tuple[str, str]) -> None:
+    """As ``atd`` runs a job: a root daemon older than the shell starts a process of the user with
+    the session's tag. Not a stray (its parent is root's), but the scan finds it by its tag."""
+    a, b = split_marker
+    job = f"p={a} q={b}; sleep 1; runuser -u {local_user} -- env REMOTE_BASH_SESSION={SESSION_ID} " \
+          f"sh -c \"sleep 300; : $p$q\" & sleep 20"
+    daemon = subprocess.Popen(["/bin/sh", "-c", job], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _until(lambda: processes_with(f"p={a} q={b}", "root"), "the daemon to start")
+        time.sleep(0.2)
+        out = _run_close(local_user, "true", wait_for=a + b)
+        assert "RBCLEAN" not in out and "RBKILL" in out, out
+    finally:
+        daemon.kill()
+        daemon.wait(timeout=10)
+
+
+def test_the_check_fails_when_the_shell_lost_its_tag(local_user: str) -> None:
+    """The shell's own environment is the check's proof that environments can be read: without the
+    tag there (a command unset it), the scan runs."""
+    out = _run_close(local_user, "true", env_tag=False)
+    assert "RBCLEAN" not in out and "RBKILL" in out, out
