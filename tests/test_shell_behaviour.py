@@ -221,6 +221,8 @@ async def test_without_a_login_cgroup_restart_and_close_say_what_they_left(web1:
         result = await tool.run({"restart": True}, tool_use_id="toolu_1")
         assert "not all could be checked" in str(result["content"])
         await session.run(ESCAPES["double fork"].format(mark=mark + "c"))
+        # The grandchild is started after the call returns: close looks for it once it exists.
+        await wait_for(lambda: _pids(mark + "c", hosts.user), within=10, what="the double-forked daemon to start")
         report = await session.close()
         assert report is not None and report.unchecked is not None
 
