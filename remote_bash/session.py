@@ -586,6 +586,20 @@ class RemoteBashSession:
             assert self._conn is not None
             yield self._conn
 
+    async def recheck_host_keys(self) -> None:
+        """Before reusing the open connection: raise the error connecting would give when a host key
+        it accepted (the host's or a jump host's) is no longer trusted by its known_hosts file as it
+        reads now, audited as a refused connect is. The caller then closes the session."""
+        conn = self._conn
+        if conn is None or conn.is_closed:
+            return
+        try:
+            await asyncio.to_thread(conn.recheck_host_keys)  # reads a file: off the event loop
+        except ConnectError as exc:
+            await self._audit_write("connect.error", error=str(exc), error_type=type(exc).__name__,
+                                    strict=False)
+            raise
+
     async def audit(self, event: str, *, strict: bool = False, **fields: Any) -> None:
         """Write an audit record with this session's fields; ``strict`` raises AuditError on failure."""
         await self._audit_write(event, strict=strict, **fields)

@@ -375,3 +375,66 @@ def test_another_user_cannot_use_the_socket(env: dict[str, str], hosts: TestHost
     assert as_other.stdout.startswith("reply:"), as_other
     assert "refused" in as_other.stdout and "OWN" not in as_other.stdout and '"o"' not in as_other.stdout
     assert cli(env, "exec", "--keep", "keep-a", "--", "echo $OWN").stdout == "1\n"
+
+
+# -- trust is checked again before every call -----------------------------------------------------------
+
+
+def _pinned_line(known_hosts: Path, host: Host) -> str:
+    pattern = f"[{host.hostname}]:{host.port}"
+    (line,) = [x for x in known_hosts.read_text().splitlines() if x.split(" ")[0] == pattern]
+    return line
+
+
+def _rewrite_keeping_mtime(path: Path, text: str) -> None:
+    """Rewrite ``path`` in place and put its modification time back, as an editor (or an attacker) can."""
+    before = path.stat()
+    with path.open("r+") as fh:
+        fh.write(text)
+        fh.truncate()
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+@pytest.mark.parametrize("through", ["host", "jump host"])
+def test_a_host_key_no_longer_trusted_closes_the_kept_session(env: dict[str, str], pair: tuple[Host, Host],
+                                                              tmp_path: Path, through: str) -> None:
+    a, b = pair
+    pinned = tmp_path / "known_hosts"
+    shutil.copy(a.known_hosts or "", pinned)
+    original = pinned.read_text()
+    write_inventory(Path(env["REMOTE_BASH_INVENTORY"]), {
+        "hop": host_entry(b, known_hosts=str(pinned)),
+        "inner": host_entry(a, jump=["hop"], known_hosts=str(pinned)),
+    })
+    assert cli(env, "exec", "--keep", "inner", "--", "export KEPT=1").returncode == 0
+    marker = Path(f"/tmp/rb-keep-revoked-{uuid.uuid4().hex}")
+    revoked = _pinned_line(pinned, a if through == "host" else b)
+    # Revoked, then the pin commented out (the same size); the modification time is kept both times.
+    for edit in (f"{revoked}\n@revoked {revoked}", "#" * len(revoked)):
+        _rewrite_keeping_mtime(pinned, original.replace(revoked, edit))
+        plain = cli(env, "exec", "inner", "--", "true")
+        assert plain.returncode == 125, plain.stderr
+        kept = cli(env, "exec", "--keep", "inner", "--", f"touch {marker}; echo $KEPT")
+        assert (kept.returncode, kept.stdout) == (plain.returncode, ""), kept.stderr
+        assert kept.stderr == plain.stderr
+        assert not marker.exists()
+        wait_until(lambda: not daemon_pids(env), within=20, what="the untrusted session's process to exit")
+        assert cli(env, "exec", "--keep", "inner", "--", "true").returncode == 125  # and no fresh one either
+        wait_until(lambda: not daemon_pids(env), within=20, what="the refused process to exit")
+        _rewrite_keeping_mtime(pinned, original)
+        assert cli(env, "exec", "--keep", "inner", "--", "export KEPT=1").returncode == 0
+    records = audit_records(env, "inner")
+    assert [r["event"] for r in records].count("connect.error") >= 4
+    ends = [i for i, r in enumerate(records) if r["event"] == "session.end"]
+    assert len(ends) >= 2  # each untrusted session was closed, and said so
+
+
+def test_an_inventory_edit_that_keeps_size_and_mtime_is_seen(env: dict[str, str], pair: tuple[Host, Host]) -> None:
+    inventory = Path(env["REMOTE_BASH_INVENTORY"])
+    write_inventory(inventory, {"guarded": host_entry(pair[0], policy={"deny": ["forbidden"]})})
+    assert cli(env, "exec", "--keep", "guarded", "--", "export OLD=1").returncode == 0
+    assert cli(env, "exec", "--keep", "guarded", "--", "echo forbidden").returncode == 126
+    _rewrite_keeping_mtime(inventory, inventory.read_text().replace("forbidden", "okokokoko"))
+    refused = cli(env, "exec", "--keep", "guarded", "--", "echo okokokoko; echo $OLD")
+    assert refused.returncode == 126, refused.stdout
+    assert cli(env, "exec", "--keep", "guarded", "--", "echo ${OLD:-fresh}").stdout == "fresh\n"

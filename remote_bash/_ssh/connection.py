@@ -59,11 +59,40 @@ class SshConnection:
         for the host that could have signed it; empty for a key pinned as such."""
         self.lost = lost
         self.lost_error: Exception | None = None
+        self.accepted: list[tuple[Host, HostKeyCheck, asyncssh.SSHKey | None]] = [(host, check, key)]
+        """Each hop's host, the pins it was checked against and the key it accepted, first hop first."""
         peer = conn.get_extra_info("peername")
         self.peer_address = f"{peer[0]}:{peer[1]}" if peer else host.address
         self._sftp: SftpFiles | None = None
         self._sftp_missing = False
         self._sftp_lock = asyncio.Lock()
+
+    def recheck_host_keys(self) -> None:
+        """Raise the error a new connection would meet when a key this connection accepted (the
+        host's or a jump host's) is no longer trusted by its known_hosts file as it reads now (a
+        ``@revoked`` line added, the pin changed or removed). The file is parsed again only when its
+        content changed."""
+        for i, (host, then, key) in enumerate(self.accepted):
+            if key is None:
+                continue
+            via = self.accepted[i - 1][0].name if i else None
+            if host.host_key_policy == "strict" and not then.known_hosts.exists():
+                raise _missing(host, then.known_hosts)
+            try:
+                now = HostKeyCheck.load(host, then.known_hosts)
+            except (OSError, ValueError) as exc:
+                raise HostKeyError(f"cannot read known_hosts file {then.known_hosts}: {exc}",
+                                   host=host.name) from exc
+            vouched = not then.accepted_new and all(k.public_data != key.public_data for k in then.trusted)
+            cas = [k.get_fingerprint("sha256") for k in then.authorities] if vouched else []
+            problem = now.verdict(key, cas)
+            if not problem:
+                continue
+            now.seen = key.get_fingerprint("sha256") if not cas else (
+                f"a certificate signed by CA {', '.join(cas)}")
+            now.problem = "authority" if cas and problem == "changed" else problem
+            now.expected = now.expectation()
+            raise map_error(asyncssh.HostKeyNotVerifiable(f"Host key is {problem}"), host, check=now, via=via)
 
     @property
     def is_closed(self) -> bool:
@@ -179,17 +208,21 @@ class SshConnection:
                 await asyncio.wait_for(conn.wait_closed(), 5)
 
 
+def _missing(host: Host, known_hosts: Path) -> KnownHostsMissing:
+    return KnownHostsMissing(
+        f"known_hosts file {known_hosts} does not exist, so the key of {host.hostname} cannot be "
+        "checked. Create it with the host's key (ssh-keyscan), point known_hosts at the right file, "
+        "or set host_key_policy: accept-new",
+        host=host.name,
+    )
+
+
 async def _connect_one(host: Host, creds: Credentials, tunnel: asyncssh.SSHClientConnection | None,
                        on_lost: Callable[[Exception | None], None], via: str | None) -> tuple[
                            asyncssh.SSHClientConnection, HostKeyCheck]:
     known_hosts = host.known_hosts or default_known_hosts()
     if host.host_key_policy == "strict" and not known_hosts.exists():
-        raise KnownHostsMissing(
-            f"known_hosts file {known_hosts} does not exist, so the key of {host.hostname} cannot be "
-            "checked. Create it with the host's key (ssh-keyscan), point known_hosts at the right file, "
-            "or set host_key_policy: accept-new",
-            host=host.name,
-        )
+        raise _missing(host, known_hosts)
     _check_key_files(host, creds)
     try:
         check = HostKeyCheck.load(host, known_hosts)
@@ -304,6 +337,7 @@ async def connect(chain: Sequence[Host], credentials: Sequence[Credentials]) -> 
         lost.set()
 
     hops: list[asyncssh.SSHClientConnection] = []
+    accepted: list[tuple[Host, HostKeyCheck, asyncssh.SSHKey | None]] = []
     tunnel: asyncssh.SSHClientConnection | None = None
     try:
         for i, (hop, creds) in enumerate(zip(chain, credentials, strict=True)):
@@ -312,8 +346,10 @@ async def connect(chain: Sequence[Host], credentials: Sequence[Credentials]) -> 
             conn, check = await _connect_one(hop, creds, tunnel, on_lost if last else (lambda _e: lost.set()), via)
             if last:
                 ssh = SshConnection(chain[-1], conn, hops, check, lost)
+                ssh.accepted[:0] = accepted
                 holder.append(ssh)
                 return ssh
+            accepted.append((hop, check, conn.get_server_host_key()))
             hops.append(conn)
             tunnel = conn
     except BaseException:

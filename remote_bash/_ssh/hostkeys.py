@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,6 +88,21 @@ class HostKeyCheck:
         pinned = tuple(a for key in self.trusted for a in key.sig_algorithms)
         return _algorithms(pinned, bool(self.authorities))
 
+    def verdict(self, key: asyncssh.SSHKey, authorities: Collection[str] = ()) -> str:
+        """Whether the file as loaded still trusts ``key``, accepted earlier (directly, or through a
+        certificate signed by one of the CAs whose fingerprints are ``authorities``): "" when it
+        does (or would accept it anew, under ``accept-new`` with nothing pinned), else the problem
+        a new connection would meet: "revoked", "changed" or "unknown"."""
+        if any(k.public_data == key.public_data for k in self.revoked):
+            return "revoked"
+        if any(k.public_data == key.public_data for k in self.trusted):
+            return ""
+        if authorities and {k.get_fingerprint("sha256") for k in self.authorities} & set(authorities):
+            return ""
+        if self.trusted or self.authorities:
+            return "changed"
+        return "" if self.host.host_key_policy == "accept-new" else "unknown"
+
     def expectation(self) -> list[str]:
         return sorted({k.get_fingerprint("sha256") for k in self.trusted}) + sorted(
             {f"a certificate signed by CA {k.get_fingerprint('sha256')}" for k in self.authorities})
@@ -138,23 +154,23 @@ class Client(asyncssh.SSHClient):
         self._on_lost(exc)
 
 
-_KNOWN_HOSTS_CACHE: dict[Path, tuple[tuple[int, ...], asyncssh.SSHKnownHosts]] = {}
+_KNOWN_HOSTS_CACHE: dict[Path, tuple[bytes, asyncssh.SSHKnownHosts]] = {}
 
 
 def read_known_hosts(path: Path) -> asyncssh.SSHKnownHosts:
-    """The parsed known_hosts file, re-read whenever its inode, size, modification or change time
-    differs from the cached read (a fleet connects to many hosts against one file). The change
-    time catches an edit that kept the size and restored the modification time."""
+    """The parsed known_hosts file, parsed again whenever its content differs from the cached read
+    (a fleet connects to many hosts against one file; a kept session checks it before every call).
+    Content, not times: an edit in place that restores the modification time is still seen."""
     try:
-        st = path.stat()
+        data = path.read_bytes()
     except FileNotFoundError:
         return asyncssh.import_known_hosts("")
-    stamp = (st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+    digest = hashlib.sha256(data).digest()
     cached = _KNOWN_HOSTS_CACHE.get(path)
-    if cached is not None and cached[0] == stamp:
+    if cached is not None and cached[0] == digest:
         return cached[1]
-    known = asyncssh.read_known_hosts(str(path))
-    _KNOWN_HOSTS_CACHE[path] = (stamp, known)
+    known = asyncssh.import_known_hosts(data.decode("utf-8", "replace"))
+    _KNOWN_HOSTS_CACHE[path] = (digest, known)
     return known
 
 

@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import signal
@@ -92,7 +93,7 @@ class _Daemon:
         self.done: asyncio.Event | None = None
         self.inventory_file: Path | None = None
         self.inode = 0
-        self.fingerprint: tuple[int, int, int] | None = None
+        self.fingerprint: bytes | None = None
 
     def stop(self, why: str) -> None:
         if self.done is not None and not self.done.is_set():
@@ -206,6 +207,14 @@ class _Daemon:
 
     async def _call(self, request: dict[str, Any], reader: asyncio.StreamReader, send: Send) -> None:
         assert self.ctx is not None and self.inventory is not None
+        if self.session is not None:
+            try:
+                # A key revoked, changed or unpinned since the connection was made: refused as a new
+                # connection would be, and the session (made under the old trust) closed.
+                await self.session.recheck_host_keys()
+            except Exception as exc:
+                self._fail(send, exc)
+                return
         if self.session is None:
             try:
                 self.session, self.redactor = await _session(self.ctx, self.inventory, self.host)
@@ -288,14 +297,20 @@ def _take(lock: int, path: Path) -> bool:
         time.sleep(0.05)
 
 
-def _fingerprint(path: Path | None) -> tuple[int, int, int] | None:
+def _fingerprint(path: Path | None) -> bytes | None:
+    """What the session's rules were read from: the inventory and the ssh config its hosts may name,
+    by content (an edit in place that restores the size and modification time is still seen; a
+    hash of a few kilobytes costs microseconds)."""
     if path is None:
         return None
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return info.st_ino, info.st_size, info.st_mtime_ns
+    digest = hashlib.sha256()
+    for source in (path, Path("~/.ssh/config").expanduser()):
+        try:
+            data = source.read_bytes()
+        except OSError as exc:
+            data = f"unreadable: {exc.errno}".encode()
+        digest.update(hashlib.sha256(data).digest())
+    return digest.digest()
 
 
 def main() -> None:
