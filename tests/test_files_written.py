@@ -190,6 +190,20 @@ def test_open_private_never_follows_a_link_nor_writes_a_file_of_another_user(
     assert victim.read_text() == theirs.read_text() == SECRET  # O_TRUNC was never applied
 
 
+
+@pytest.mark.parametrize("flags", [os.O_WRONLY | os.O_APPEND | os.O_CREAT, os.O_RDWR | os.O_APPEND, os.O_RDONLY])
+def test_open_private_makes_an_existing_file_others_can_read_owner_only(tmp_path: Path, flags: int) -> None:
+    loose = tmp_path / "history"
+    loose.write_text("echo password=[REDACTED]\n")
+    loose.chmod(0o644)
+    os.close(open_private(loose, flags, what="tests"))
+    assert mode(loose) == 0o600
+    loose.chmod(0o751)  # an owner's bits are left as they are
+    os.close(open_private(loose, flags, what="tests"))
+    assert mode(loose) == 0o700
+    assert loose.read_text() == "echo password=[REDACTED]\n"
+
+
 # -- the audit log -------------------------------------------------------------------------------
 
 
@@ -223,6 +237,18 @@ def test_audit_through_the_cli_refuses_a_world_writable_directory(web1: Host, tm
     assert f"refusing to use {directory} for the audit log: it is world-writable" in out.stderr
     assert not (tmp_path / "ran").exists()  # nothing ran unaudited
     untouched(directory)
+
+
+def test_an_existing_audit_log_others_can_read_is_made_owner_only(web1: Host, tmp_path: Path) -> None:
+    directory = tmp_path / "audit"
+    assert run_cli(tmp_path, {"web-1": entry(web1)}, "--audit-dir", str(directory), "exec", "web-1", "--",
+                   "true").returncode == 0
+    directory.chmod(0o755)
+    (log,) = directory.glob("web-1*.jsonl")
+    log.chmod(0o644)
+    out = run_cli(tmp_path, {"web-1": entry(web1)}, "--audit-dir", str(directory), "exec", "web-1", "--", "true")
+    assert out.returncode == 0, out.stderr
+    assert mode(log) == 0o600
 
 
 # -- transcripts ---------------------------------------------------------------------------------
