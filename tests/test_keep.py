@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from remote_bash.cli._app import _parser
-from remote_bash.cli._keep import fast_args
+from remote_bash.cli._keep import fast_args, keep_dir
 from remote_bash.models import Host
 
 from .sshd import TestHosts, processes_with
@@ -189,7 +189,7 @@ def test_sessions_lists_and_stop_stops(env: dict[str, str], hosts: TestHosts) ->
     listed = sessions(env)
     assert sorted(s["host"] for s in listed) == ["keep-a", "keep-b"]
     table = cli(env, "sessions")
-    assert table.stdout.splitlines()[0].split() == ["HOST", "AGE", "IDLE", "PID", "SOCKET"]
+    assert table.stdout.splitlines()[0].split() == ["HOST", "AGE", "IDLE", "PID", "ALLOW", "INVENTORY", "AUDIT"]
     for s in listed:
         mode = os.stat(str(s["socket"])).st_mode & 0o777
         assert mode == 0o600
@@ -438,3 +438,36 @@ def test_an_inventory_edit_that_keeps_size_and_mtime_is_seen(env: dict[str, str]
     refused = cli(env, "exec", "--keep", "guarded", "--", "echo okokokoko; echo $OLD")
     assert refused.returncode == 126, refused.stdout
     assert cli(env, "exec", "--keep", "guarded", "--", "echo ${OLD:-fresh}").stdout == "fresh\n"
+
+
+# -- what is left behind, and telling sessions apart ------------------------------------------------------
+
+
+def test_sessions_on_one_host_show_what_sets_them_apart(env: dict[str, str], tmp_path: Path) -> None:
+    assert cli(env, "exec", "--keep", "keep-a", "--", "true").returncode == 0
+    assert cli(env, "--allow", "keep-*", "exec", "--keep", "keep-a", "--", "true").returncode == 0
+    assert cli(env, "--audit-dir", str(tmp_path / "audit 2"), "exec", "--keep", "keep-a", "--", "true").returncode == 0
+    rows = cli(env, "sessions").stdout.splitlines()[1:]
+    assert len(rows) == 3 and len(set(rows)) == 3
+    assert all(row.split()[0] == "keep-a" for row in rows)
+    assert sum("keep-*" in row for row in rows) == 1
+    assert sum(f'"{tmp_path / "audit 2"}"' in row for row in rows) == 1  # a space is shown quoted
+    assert all(env["REMOTE_BASH_INVENTORY"] in row for row in rows)
+    listed = sessions(env)
+    default = Path(env["XDG_STATE_HOME"]) / "remote-bash" / "audit"
+    assert {s["audit_dir"] for s in listed} == {str(tmp_path / "audit 2"), str(default)}
+
+
+def test_nothing_is_left_in_the_keep_directory_once_sessions_end(env: dict[str, str]) -> None:
+    directory = keep_dir(env)
+    for _round in range(2):  # the second round takes locks whose files the first removed
+        procs = [subprocess.Popen([*CLI, "exec", "--keep", "keep-a", "--", "echo $$"], env=env,
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(4)]
+        outs = [p.communicate(timeout=60) for p in procs]
+        assert [p.returncode for p in procs] == [0] * 4, outs
+        assert len({out for out, _err in outs}) == 1  # one shell served them all
+        assert len(daemon_pids(env)) == 1
+        assert cli(env, "sessions", "stop", "--all").returncode == 0
+        wait_until(lambda: not daemon_pids(env), within=20, what="the background process to exit")
+        assert sorted(p.name for p in directory.iterdir()) == []

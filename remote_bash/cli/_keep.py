@@ -509,12 +509,17 @@ def kept_sessions(env: Mapping[str, str]) -> list[dict[str, Any]]:
     private_dir(directory, what="kept sessions", create=False)
     found = []
     for path in sorted(directory.glob("*.sock")):
+        try:
+            inode = os.stat(path).st_ino
+        except FileNotFoundError:
+            continue
         reply = _ask(path, {"v": PROTOCOL, "op": "info"}, 10.0)
         if reply is not None and "info" in reply:
             found.append({**reply["info"], "socket": str(path)})
         elif _stale(path):
             with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+                if os.stat(path).st_ino == inode:  # not a fresh process's socket, bound meanwhile
+                    path.unlink()
     return found
 
 
@@ -544,11 +549,20 @@ def _cmd_sessions(ctx: Any) -> int:
     if not found:
         _err("no kept sessions")
         return 0
-    rows = [["HOST", "AGE", "IDLE", "PID", "SOCKET"]]
+    # Sessions on one host differ by the rules they were made under: show those, not the socket.
+    rows = [["HOST", "AGE", "IDLE", "PID", "ALLOW", "INVENTORY", "AUDIT"]]
     rows += [[i["host"], _age(now - i["started"]), "busy" if i["busy"] else _age(now - i["last"]), str(i["pid"]),
-              i["socket"]] for i in found]
+              _shown(i.get("allow") or "-"), _shown(i.get("inventory") or "-"),
+              _shown(i.get("audit_dir") or "-")] for i in found]
     _out(_table(rows))
     return 0
+
+
+def _shown(text: str) -> str:
+    """``text`` on one line of a table: a control character or a space shown escaped."""
+    if text.isprintable() and " " not in text:
+        return text
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _stop(env: Mapping[str, str], host: str | None) -> int:

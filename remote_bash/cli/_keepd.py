@@ -91,9 +91,18 @@ class _Daemon:
         self.last_mono = time.monotonic()
         self.busy = 0
         self.done: asyncio.Event | None = None
+        self.opening = asyncio.Lock()
         self.inventory_file: Path | None = None
         self.inode = 0
         self.fingerprint: bytes | None = None
+
+    def _rules(self) -> dict[str, str]:
+        """What tells this session from another one on the same host: where its rules and its audit
+        log come from."""
+        if self.ctx is None:
+            return {"inventory": self.key["inventory"] or "", "audit_dir": self.key["audit_dir"] or ""}
+        return {"inventory": str(self.inventory_file) if self.inventory_file is not None else "",
+                "audit_dir": str(self.ctx.audit_dir)}
 
     def stop(self, why: str) -> None:
         if self.done is not None and not self.done.is_set():
@@ -155,7 +164,7 @@ class _Daemon:
             elif request.get("op") == "info":
                 send({"info": {"host": self.host or "(default)", "pid": os.getpid(), "started": self.started,
                                "last": self.last, "busy": bool(self.busy), "idle_timeout": self.idle,
-                               "allow": self.key["allow"]}})
+                               "allow": self.key["allow"], **self._rules()}})
             elif request.get("op") == "stop":
                 if self.session is not None:
                     await self.session.close()
@@ -215,12 +224,13 @@ class _Daemon:
             except Exception as exc:
                 self._fail(send, exc)
                 return
-        if self.session is None:
-            try:
-                self.session, self.redactor = await _session(self.ctx, self.inventory, self.host)
-            except Exception as exc:
-                self._fail(send, exc)
-                return
+        async with self.opening:  # calls that arrive together share the one session the first opens
+            if self.session is None:
+                try:
+                    self.session, self.redactor = await _session(self.ctx, self.inventory, self.host)
+                except Exception as exc:
+                    self._fail(send, exc)
+                    return
         assert self.redactor is not None
         as_json = bool(request.get("json"))
         echo = _SocketEcho(self.redactor, send)
@@ -276,25 +286,53 @@ def _unlink(path: Path, inode: int) -> None:
             path.unlink()
 
 
-def _take(lock: int, path: Path) -> bool:
-    """Take the key's lock; False when another process holds it and serves. A holder that does not
-    serve is starting or exiting (closing its session): wait for it, within a bound."""
+def _take(lock_path: Path, path: Path) -> int | None:
+    """Take the key's lock (its open descriptor); None when another process holds it and serves. A
+    holder that does not serve is starting or exiting (closing its session): wait for it, within a
+    bound. The last holder removes the lock file as it exits, still holding it, so a lock taken on
+    a file no longer at ``lock_path`` is let go and the file now there is taken instead."""
     from ._keep import connect
 
     deadline = time.monotonic() + 30.0
     while True:
+        lock = open_private(lock_path, os.O_RDWR | os.O_CREAT, what="a kept session lock")
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
         except BlockingIOError:
-            pass
+            os.close(lock)
+        else:
+            if _is_at(lock, lock_path):
+                return lock
+            os.close(lock)
+            continue
         sock = connect(path, 5.0)
         if sock is not None:
             sock.close()
-            return False
+            return None
         if time.monotonic() > deadline:
-            return False
+            return None
         time.sleep(0.05)
+
+
+def _is_at(fd: int, path: Path) -> bool:
+    """Whether the open file ``fd`` is the one at ``path`` now."""
+    try:
+        there = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    here = os.fstat(fd)
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+def _release(lock: int, lock_path: Path) -> None:
+    """Remove the lock file (while still holding it: whoever waits on it then sees it gone), then let go."""
+    try:
+        if _is_at(lock, lock_path):
+            lock_path.unlink()
+    except OSError as exc:
+        _log(f"could not remove {lock_path.name}: {exc.strerror}")
+    finally:
+        os.close(lock)
 
 
 def _fingerprint(path: Path | None) -> bytes | None:
@@ -326,9 +364,10 @@ def main() -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     _setup_logging(False)  # never debug: the log must not hold commands or what they print
     directory = private_dir(keep_dir(os.environ), what="kept sessions")
-    lock = open_private(directory / f"{config['name']}.lock", os.O_RDWR | os.O_CREAT, what="a kept session lock")
+    lock_path = directory / f"{config['name']}.lock"
     path = directory / f"{config['name']}.sock"
-    if not _take(lock, path):
+    lock = _take(lock_path, path)
+    if lock is None:
         sys.exit(0)  # another process serves this key: the client reaches that one
     with contextlib.suppress(FileNotFoundError):
         path.unlink()  # stale: whoever made it no longer holds the lock
@@ -354,5 +393,5 @@ def main() -> None:
             asyncio.run(daemon.serve(sock))
     finally:
         _unlink(path, inode)
+        _release(lock, lock_path)
         _log("exited")
-        os.close(lock)
