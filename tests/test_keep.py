@@ -471,3 +471,13 @@ def test_nothing_is_left_in_the_keep_directory_once_sessions_end(env: dict[str, 
         assert cli(env, "sessions", "stop", "--all").returncode == 0
         wait_until(lambda: not daemon_pids(env), within=20, what="the background process to exit")
         assert sorted(p.name for p in directory.iterdir()) == []
+
+
+def test_an_ssh_config_edit_that_keeps_size_and_mtime_gets_a_fresh_session(env: dict[str, str]) -> None:
+    config = Path(env["HOME"]) / ".ssh" / "config"
+    config.parent.mkdir(mode=0o700, exist_ok=True)
+    config.write_text("# nothing here\n")
+    assert cli(env, "exec", "--keep", "keep-a", "--", "export OLD=1").returncode == 0
+    assert cli(env, "exec", "--keep", "keep-a", "--", "echo ${OLD:-fresh}").stdout == "1\n"
+    _rewrite_keeping_mtime(config, "# nothing HERE\n")
+    assert cli(env, "exec", "--keep", "keep-a", "--", "echo ${OLD:-fresh}").stdout == "fresh\n"
