@@ -16,8 +16,8 @@ known_hosts appends, audit keys) goes through :func:`private_dir` and :func:`ope
   between the check and the use;
 * missing directories are created 0700, files 0600, whatever the umask;
 * a file is opened with ``O_NOFOLLOW``: a symbolic link in its place is refused, never followed;
-  an existing file must be a regular file owned by the current user, and is made owner-only
-  (its group and other bits cleared) when it was not.
+  an existing file must be a regular file owned by the current user, and one opened for writing
+  is made owner-only (its group and other bits cleared) when it was not.
 
 This module imports nothing from the package but its errors, and never follows a link it did not
 check, loosens a mode, or deletes anything.
@@ -174,8 +174,8 @@ def open_private(path: Path, flags: int, *, what: str) -> int:
     """Open the file ``path`` (its directory already checked), creating it 0600 with ``O_CREAT``.
 
     A symbolic link in its place is refused (``O_NOFOLLOW``), as is anything but a regular file
-    owned by the current user; an existing one that others could read or write is made
-    owner-only. ``O_TRUNC`` is applied only once the file is known to be safe.
+    owned by the current user; an existing one opened for writing that others could read or
+    write is made owner-only. ``O_TRUNC`` is applied only once the file is known to be safe.
     """
     truncate = flags & os.O_TRUNC
     flags = (flags & ~os.O_TRUNC) | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
@@ -211,8 +211,10 @@ def open_private(path: Path, flags: int, *, what: str) -> int:
                           "remove it or choose another path")
         if created:
             os.fchmod(fd, 0o600)  # the mode given to open is cut by the umask
-        elif stat.S_IMODE(info.st_mode) & 0o077:
+        elif flags & (os.O_WRONLY | os.O_RDWR) and stat.S_IMODE(info.st_mode) & 0o077:
             # Made by hand, or under another tool's umask: others could read what is written to it.
+            # (Only when writing: a reader, such as the audit key's, refuses a file others could
+            # already read, since what it holds may have leaked.)
             os.fchmod(fd, stat.S_IMODE(info.st_mode) & 0o700)
         if truncate:
             os.ftruncate(fd, 0)
