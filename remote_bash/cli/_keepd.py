@@ -190,7 +190,7 @@ class _Daemon:
         if self.failure is not None:
             self._fail(send, self.failure)
             return
-        if _fingerprint(self.inventory_file) != self.fingerprint:
+        if await asyncio.to_thread(_fingerprint, self.inventory_file) != self.fingerprint:  # reads files
             # Its rules may have changed: a session made under the old ones must not serve the call.
             send({"stale": "the inventory changed since this kept session started", "pid": os.getpid()})
             self.stop("the inventory changed: closing the session")
