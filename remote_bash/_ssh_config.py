@@ -3,7 +3,7 @@
 Only ``HostName``, ``User``, ``Port``, ``IdentityFile`` and ``ProxyJump`` are read, with OpenSSH's
 rules (ssh_config(5)). Options that would send the connection elsewhere or change which key is
 trusted, and that remote_bash does not carry out (``ProxyCommand`` other than ``none``,
-``HostKeyAlias``, ``CanonicalizeHostname`` yes or always), are refused with an error naming the
+``HostKeyAlias``, ``CanonicalizeHostname`` yes or always, ``RevokedHostKeys``), are refused with an error naming the
 line rather than silently ignored.
 
 - the first value obtained for a keyword wins, except ``IdentityFile``: every one is kept, in order;
@@ -70,10 +70,17 @@ _REFUSED = {
         "HostName as written and would not reach the name ssh would. Set the full name as HostName (or "
         "hostname: in the inventory), or put 'CanonicalizeHostname no' in a Host block for this alias"
     ),
+    # Ignoring it would trust a key the user revoked: the one option that loosens the pin.
+    "revokedhostkeys": (
+        "{value!r} (for {alias!r}) is not supported: remote_bash does not read revocation files, and "
+        "would otherwise trust a key revoked there. Put each revoked key in the known_hosts the inventory "
+        "pins for this host as a '@revoked * KEY' line, and remove this line (or put 'RevokedHostKeys none' "
+        "in a Host block for this alias before it)"
+    ),
 }
 _NAMES = {"proxycommand": "ProxyCommand", "hostkeyalias": "HostKeyAlias",
-          "canonicalizehostname": "CanonicalizeHostname"}
-_HARMLESS = {"proxycommand": {"none"}, "canonicalizehostname": {"no", "false"}}
+          "canonicalizehostname": "CanonicalizeHostname", "revokedhostkeys": "RevokedHostKeys"}
+_HARMLESS = {"proxycommand": {"none"}, "canonicalizehostname": {"no", "false"}, "revokedhostkeys": {"none"}}
 _MAX_INCLUDE_DEPTH = 16  # as OpenSSH's READCONF_MAX_DEPTH
 _EVALUATED = frozenset({"host", "originalhost", "user", "localuser"})
 _NOT_EVALUATED = frozenset(

@@ -235,7 +235,7 @@ def test_inventory_error_in_an_ssh_value_points_at_the_ssh_line(home: Path, tmp_
 _lines = st.builds(
     "{} {}".format,
     st.sampled_from(["Host", "Match", "Include", "HostName", "IdentityFile", "Port", "User", "ProxyJump", "Tag",
-                     "ProxyCommand", "HostKeyAlias", "CanonicalizeHostname"]),
+                     "ProxyCommand", "HostKeyAlias", "CanonicalizeHostname", "RevokedHostKeys"]),
     st.text(alphabet="ab*?!%hpru{}$,'\" =#.", max_size=14),
 )
 
@@ -264,6 +264,7 @@ def test_read_ssh_config_only_raises_inventory_error(home: Path, text: str, alia
         ("Host x\n  HostKeyAlias other\n", 2, "HostKeyAlias: 'other'"),
         ("Host x\n  CanonicalizeHostname yes\n", 2, "CanonicalizeHostname: 'yes'"),
         ("Host x\n  CanonicalizeHostname always\n", 2, "not supported"),
+        ("Host x\n  RevokedHostKeys ~/.ssh/revoked\n", 2, "would otherwise trust a key revoked there"),
         # The first obtained wins, as in ssh: a later 'none' does not undo an earlier command.
         ("Host x\n  ProxyCommand nc %h %p\nHost *\n  ProxyCommand none\n", 2, "Use ProxyJump"),
     ],
@@ -282,6 +283,7 @@ def test_an_option_that_would_change_where_or_whom_we_trust_is_refused(text: str
         ("Host x\n  ProxyCommand none\n  ProxyJump a\n", []),  # ssh: the first of the two wins
         ("Host x\n  ProxyJump a\n  ProxyCommand nc %h %p\n", ["a"]),
         ("Host y\n  ProxyCommand nc %h %p\nHost x\n  CanonicalizeHostname no\n", None),
+        ("Host x\n  RevokedHostKeys none\nHost *\n  RevokedHostKeys /etc/ssh/revoked\n", None),
         ("Host x\n  CanonicalizeHostname no\nHost *\n  CanonicalizeHostname yes\n  Tunnel yes\n"
          "  ProxyUseFdpass yes\n", None),
     ],
