@@ -41,6 +41,7 @@ __all__ = [
     "ShellNames",
     "TextCleaner",
     "clean_text",
+    "collapse_cr",
     "driver",
     "exit_frame",
     "frame_command",
@@ -495,14 +496,21 @@ def clean_text(text: str, state: int = terminal.GROUND, redact: Callable[[str], 
 
 
 class TextCleaner:
-    """:func:`clean_text` over a stream of chunks: a sequence split across chunks is still
-    removed; ``\\r`` lines are collapsed within each chunk."""
+    """The first half of :func:`clean_text` over a stream of chunks: escape sequences and control
+    characters removed, a sequence split across chunks too. ``\\r`` is kept: the stream masks
+    each line first, then :func:`collapse_cr` collapses it (collapsing first could hide a key and
+    show its value)."""
 
     def __init__(self) -> None:
         self._stripper = terminal.Stripper()
 
     def feed(self, text: str) -> str:
-        return _collapse_cr(self._stripper.feed(text))
+        return self._stripper.feed(text)
+
+
+def collapse_cr(text: str) -> str:
+    """Each line of ``text`` as its last ``\\r`` state: run on masked text only."""
+    return _collapse_cr(text)
 
 
 def _collapse_cr(text: str) -> str:

@@ -185,7 +185,12 @@ class _Call:
 
 
 class _LiveOutput:
-    """Streams a call's output to a callback with secrets masked, across chunk boundaries."""
+    """Streams a call's output to a callback with secrets masked, across chunk boundaries.
+
+    It is fed text with its escape sequences stripped but its ``\\r`` kept: each line is masked
+    before its progress states are collapsed, as :func:`framing.clean_text` does for the result.
+    The stream releases whole lines (it holds the incomplete last one), so a key and a value that
+    a ``\\r`` separates are masked together even when they come in two reads."""
 
     def __init__(self, sink: Callable[[str], None], redactor: SupportsRedact) -> None:
         self._sink = sink
@@ -196,13 +201,13 @@ class _LiveOutput:
     def feed(self, text: str) -> None:
         out = self._stream.feed(text) if self._stream is not None else self._redactor.redact(text)
         if out:
-            self._sink(out)
+            self._sink(framing.collapse_cr(out))
 
     def flush(self) -> None:
         if self._stream is not None:
             out = self._stream.flush()
             if out:
-                self._sink(out)
+                self._sink(framing.collapse_cr(out))
 
 
 class RemoteBashSession:

@@ -121,6 +121,21 @@ async def test_state_persists_per_host_and_audit_names_the_client(lab: dict[str,
     assert "hunter22" not in (tmp_path / "mcp-a.jsonl").read_text()
 
 
+async def test_progress_notifications_are_masked_before_carriage_returns_collapse(lab: dict[str, Any],
+                                                                                   tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        seen.append(message or "")
+
+    command = "printf 'password\\r=mcpleak1\\n'; sleep 0.5; printf 'token\\r: mcpleak2\\n'; sleep 0.5; echo end"
+    async with _client(lab, tmp_path, "--allow", "mcp-a") as client:
+        result = await client.call_tool("bash", {"host": "mcp-a", "command": command}, progress_callback=progress)
+    assert "mcpleak" not in _text(result)
+    assert any("[REDACTED:password]" in message for message in seen), seen
+    assert not any("mcpleak" in message for message in seen), seen
+
+
 async def test_host_outside_allow_is_refused_without_connecting(lab: dict[str, Any], tmp_path: Path) -> None:
     async with _client(lab, tmp_path, "--allow", "mcp-a") as client:
         refused = await client.call_tool("bash", {"host": "mcp-c", "command": "id"})

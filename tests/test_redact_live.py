@@ -105,6 +105,20 @@ async def test_a_carriage_return_cannot_hide_the_key_of_a_shown_value(redact_hos
     assert result.output == "=[REDACTED:password]\n[REDACTED:password]\n"
 
 
+async def test_a_carriage_return_cannot_hide_the_key_in_the_live_output(redact_host: Host) -> None:
+    # One read holds key, carriage return and value: the live stream masks the line before it
+    # collapses it, as the result does; and so when the key and the value come in two reads.
+    chunks: list[str] = []
+    command = (f"printf 'password\\r={PASSWORD}\\nx token:\\r{PASSWORD}\\npassword \\r= {PASSWORD}\\n'; "
+               f"printf 'MYSQL_PWD\\r'; sleep 0.3; printf '={PASSWORD}\\n'")
+    async with RemoteBashSession(redact_host) as session:
+        result = await session.run(command, timeout=30, on_output=chunks.append)
+    live = "".join(chunks)
+    assert PASSWORD not in live
+    assert live == result.output == ("=[REDACTED:password]\n[REDACTED:token]\n= [REDACTED:password]\n"
+                                     "=[REDACTED:password]\n")
+
+
 async def test_a_yaml_value_on_the_next_line_is_masked_when_it_comes_in_a_later_read(redact_host: Host) -> None:
     chunks: list[str] = []
     command = f"printf 'db:\\n  password:\\n'; sleep 0.3; printf '    {PASSWORD[:5]}'; sleep 0.3; " \
@@ -159,6 +173,12 @@ def test_exec_masks_the_command_in_json_and_the_audit_log_and_streams_masked(env
     for secret in (PASSWORD, "corp-123456"):
         assert secret not in as_json.stdout
         assert secret not in audit
+
+
+def test_exec_masks_a_line_before_collapsing_its_carriage_returns(env: dict[str, str]) -> None:
+    out = cli(env, "exec", "redact-a", "--", f"printf 'password\\r={PASSWORD}\\n'")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "=[REDACTED:password]\n"
 
 
 def test_fleet_masks_the_command_in_json_output_dir_and_recap(env: dict[str, str], tmp_path: Path) -> None:
