@@ -73,9 +73,16 @@ _VALUE = (
 the key block rule masks the block, over all its lines. The runs inside a value are matched whole
 (``[...]+``), not a character per step: nothing can fail after a value, so nothing backtracks
 into them, and a long value costs one step per run instead of one per character."""
-_ASSIGN = rf"(?:{_SEP}{_VALUE}|>(?P<v5>[^<\n]+))"
-"""A separator and a value, or the text of an XML element named by the key (``<password>x</password>``)."""
-_ASSIGNED = ("v1", "v2", "v3", "v4", "v5")
+_XML = (
+    r"""(?:(?:[ \t]+[A-Za-z_:][-A-Za-z0-9_.:]*+=(?:"[^"<>\n]*+"|'[^'<>\n]*+'))++[ \t]*)?>"""
+    r"(?:<!\[CDATA\[(?P<v6>(?:[^\]\n]++|\](?!\]>))+)|(?P<v5>[^<\n]+))"
+)
+"""The text of an XML element named by the key (``<password>x</password>``): after its quoted
+attributes, if any (bare words and a ``>`` are a shell redirection: ``echo password >out``), and
+inside a CDATA section, which may hold a ``<``."""
+_ASSIGN = rf"(?:{_SEP}{_VALUE}|{_XML})"
+"""A separator and a value, or the text of an XML element named by the key."""
+_ASSIGNED = ("v1", "v2", "v3", "v4", "v5", "v6")
 _FLAG_VALUE = (
     r"""(?:"(?P<v1>[^"\n]+)"?|'(?P<v2>[^'\n]+)'?|(?P<v3>[^\s"']+))"""
 )
@@ -201,7 +208,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "password",
-        rf"""[Pp](?<![A-Za-z0-9/][Pp])(?i:wd){_KEY_TAIL}(?:{_SEP}(?!["']?/){_VALUE}|>(?P<v5>[^<\n]+))""",
+        rf"""[Pp](?<![A-Za-z0-9/][Pp])(?i:wd){_KEY_TAIL}(?:{_SEP}(?!["']?/){_VALUE}|{_XML})""",
         _either_case("w", "(?<=(?i:pw))(?i:d)(?![A-Za-z0-9])"),
         _ASSIGNED,
     ),
@@ -212,12 +219,13 @@ _RULES: tuple[_Rule, ...] = (
         (r"-(?<=--)(?:[A-Za-z0-9]+-)*+(?i:pass|pwd)",),
         ("v1", "v2", "v3"),
     ),
-    # curl -u user:password, --user, --proxy-user (a uid:gid of digits, as for docker -u, stays).
+    # curl -u user:password, --user, --proxy-user (a uid:gid of digits, as for docker -u, stays);
+    # -u may end a bundle of short options (curl -fsSLu).
     _Rule(
         "password",
-        r"-(?<![A-Za-z0-9-]-)(?:u[ \t]*|-(?:proxy-)?user(?:[ \t]+|=))"
+        r"-(?<![A-Za-z0-9-]-)(?:[A-Za-tv-z]{0,12}+u[ \t]*|-(?:proxy-)?user(?:[ \t]+|=))"
         r"""(?:"[^"\n:]*:(?P<v1>[^"\n]+)"?|'[^'\n:]*:(?P<v2>[^'\n]+)'?|(?![-"'])[^\s:"']{0,128}+:(?P<v3>[^\s"']+))""",
-        (r"-(?:u|-(?:proxy-)?user)",),
+        (r"-(?:[A-Za-tv-z]{0,12}u|-(?:proxy-)?user)",),
         ("v1", "v2", "v3"),
         check=_not_ids,
     ),

@@ -293,8 +293,10 @@ _DROP_QUOTED = {
 """The rest of a quoted value: up to its closing quote or the end of the line."""
 _DROP_BARE = re.compile(r"""[^\s"'<>]*""")
 """The rest of a token, a bare value or a URL's user and password: up to a space or a quote."""
-_DROP_TO = {"v4": re.compile(r"[^\n]*"), "v5": re.compile(r"[^<\n]*")}
-"""The rest of a value on the line after its key (to the end of the line) or of an XML element's text."""
+_DROP_TO = {"v4": re.compile(r"[^\n]*"), "v5": re.compile(r"[^<\n]*"),
+            "v6": re.compile(r"(?:[^\]\n]|\](?!\]>))*")}
+"""The rest of a value on the line after its key (to the end of the line), of an XML element's
+text, or of its CDATA section."""
 _OPEN_NEAR = 128
 """How far back from a line's end :meth:`StreamRedactor._open_line` looks for a keyword and separator."""
 _URL_OPEN = re.compile(r"""://[^\s/?#"'<>]*\Z""")

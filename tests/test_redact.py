@@ -143,6 +143,18 @@ CASES = [
     ('-H "Authorization: Digest hunter2"', '-H "Authorization: Digest [REDACTED:authorization]"'),
     ("https://admin:hunter2@example.com/x", "https://admin:[REDACTED:url-password]@example.com/x"),
     ("--db-password hunter2 --token=abc", "--db-password [REDACTED:password] --token=[REDACTED:token]"),
+    # Short options bundled before curl's -u, and XML elements with attributes or CDATA.
+    (": curl -su admin:hunter2 x", ": curl -su admin:[REDACTED:password] x"),
+    ("curl -fsSLu admin:hunter2 h", "curl -fsSLu admin:[REDACTED:password] h"),
+    ("curl -Ku a:hunter2", "curl -Ku a:[REDACTED:password]"),
+    ("echo 'curl -sSfu admin:hunter2 x'", "echo 'curl -sSfu admin:[REDACTED:password] x'"),
+    ("curl -suadmin:hunter2 h", "curl -suadmin:[REDACTED:password] h"),
+    ("mysql -uroot -phunter2", "mysql -uroot -p[REDACTED:password]"),
+    ('<Password attr="1">hunter2</Password>', '<Password attr="1">[REDACTED:password]</Password>'),
+    ("<secret id='a' b=\"c\" >hunter2</secret>", "<secret id='a' b=\"c\" >[REDACTED:secret]</secret>"),
+    ('<TOKEN type="x">abc</TOKEN>', '<TOKEN type="x">[REDACTED:token]</TOKEN>'),
+    ("<password><![CDATA[hun<ter>2]]></password>", "<password><![CDATA[[REDACTED:password]]]></password>"),
+    ('<Pwd a="1"><![CDATA[hunter2]]></Pwd>', '<Pwd a="1"><![CDATA[[REDACTED:password]]]></Pwd>'),
     # Masking errs towards hiding: these may mean something else.
     ("sort -u a:b pass: 3", "sort -u a:[REDACTED:password] pass: [REDACTED:password]"),
     ("DB_PASS: hunter2 PASS=hunter2", "DB_PASS: [REDACTED:password] PASS=[REDACTED:password]"),
@@ -175,6 +187,8 @@ CLEAN = [
     "password:\n  production:\n    x: 1",
     "cat: password.txt: No such file or directory",
     "</password>",
+    "docker run -itu 1000:1000 image",
+    "echo password >out.txt; echo password a=1 >out.txt",
 ]
 
 
@@ -275,6 +289,9 @@ SECRET_FRAGMENTS = [
     "MYSQL_PWD=pw0rd9",
     "curl -u admin:pw0rd9",
     "<password>pw0rd9</password>",
+    '<Password a="1">pw0rd9</Password>',
+    "<token><![CDATA[pw0rd9]]></token>",
+    "curl -fsu admin:pw0rd9",
     "password:\n  pw0rd9",
     "token: |\n    pw0rd9",
     pem("RSA PRIVATE KEY"),
