@@ -46,6 +46,7 @@ _RULE_SAMPLES = (
     "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----", "known-secret-value",
     "MYSQL_PWD=x", "db_pass=x", "--db-password x", "curl -u a:x", "sshpass -e -p x", "mysql -u r -px",
     "<password>x</password>", "password:\n  x", "token: |\n  x", "Authorization: token x",
+    "curl -fsSLu a:x", '<password a="1" b=\'2\'>x</password>', "<token><![CDATA[x]]></token>",
 )
 """One sample per built-in rule (and a known secret): their prefixes, repeated, are the adversarial input."""
 _BACKTRACKERS = (r"(x+x+)+y", r"(x|x)*y", r"(x*)*y", r"(?:x+){1,20}y")

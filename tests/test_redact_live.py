@@ -4,12 +4,13 @@ and ``run`` against the scripted Messages endpoint)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
-from remote_bash.fleet import FleetPool
+from remote_bash.fleet import FleetPool, SessionFactory
 from remote_bash.inventory import Inventory
 from remote_bash.models import Host
 from remote_bash.redact import Redactor
@@ -196,6 +197,28 @@ def test_fleet_masks_the_command_in_json_output_dir_and_recap(env: dict[str, str
     for shown in (out.stdout, recap.stdout, recap.stderr, *files.values()):
         assert PASSWORD not in shown
         assert "corp-654321" not in shown
+
+
+def test_fleet_masks_each_hosts_output_with_every_hosts_patterns(env: dict[str, str], tmp_path: Path,
+                                                                  redact_host: Host) -> None:
+    # redact-b has no pattern of its own: the custom secret redact-a declares must not show in its output.
+    out = cli(env, "fleet", "exec", "redact-a,redact-b", "--json", "--", "echo id corp-777777")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert [r["output"] for r in result["results"]] == ["id [REDACTED:custom]\n"] * 2
+    recap = cli(env, "fleet", "exec", "redact-a,redact-b", "--", "echo id corp-777777")
+    assert "corp-777777" not in recap.stdout + recap.stderr
+    # The library's own factory does the same for every host of the inventory.
+    b = redact_host.model_copy(update={"name": "redact-n"})
+    a = redact_host.model_copy(update={"name": "redact-p", "redact": [r"corp-[0-9]{6}"]})
+    inventory = Inventory(hosts={a.name: a, b.name: b}, groups={})
+
+    async def both() -> list[str]:
+        async with FleetPool(inventory, session_factory=SessionFactory(inventory, audit=False, gate=False)) as pool:
+            ran = await pool.run([a, b], "echo id corp-888888")
+        return [r.output for r in ran.results]
+
+    assert asyncio.run(both()) == ["id [REDACTED:custom]\n"] * 2
 
 
 def test_run_masks_commands_in_the_live_view_json_events_and_transcript(env: dict[str, str]) -> None:

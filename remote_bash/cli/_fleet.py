@@ -41,21 +41,21 @@ class _Progress:
 
 
 async def _fleet_sessions(ctx: _Context, inventory: Inventory, pattern: str) -> Callable[[Host], Any]:
-    """The fleet's session factory: the gate, the audit log, credentials, and redactors that also
-    mask each host's keyring secrets."""
+    """The fleet's session factory: the gate, the audit log, credentials, and one redactor for
+    every host: all the selected hosts' patterns and keyring secrets (their jump hosts' too)."""
     from remote_bash.fleet import SessionFactory
     from remote_bash.redact import Redactor
 
     selected = inventory.select(pattern)
     creds = await _credentials(ctx, inventory, selected)
     patterns = sorted({p for h in selected for p in h.redact})
-    audit = ctx.audit(Redactor(patterns, _literals(creds.values())))
+    # One redactor for every host's output: a host may print another host's secret.
+    redactor = Redactor(patterns, _literals(creds.values()))
+    audit = ctx.audit(redactor)
     factory = SessionFactory(inventory, audit=audit, gate=ctx.gate(inventory, audit), credentials=_source(creds))
 
     def make(host: Host) -> Any:
-        route = [*factory.jump_hosts(host), host]
-        secrets = _literals(creds[h.name] for h in route if h.name in creds)
-        return factory(host, redactor=Redactor(host.redact, secrets) if secrets else None)
+        return factory(host, redactor=redactor)
 
     return make
 

@@ -78,16 +78,18 @@ class SessionFactory:
     Every session goes through ``gate`` (default: the inventory's own :class:`~remote_bash.access.Gate`,
     refusals audited), which also gives the route: a host's jump hosts, and theirs, first hop first.
     ``audit`` defaults to the default audit directory, as for a lone session; ``audit=False`` and
-    ``gate=False`` turn them off, by name. The host's ``redact`` patterns (and the built-in secret
-    formats) mask its output; ``credentials`` and ``operator`` are shared by every session.
+    ``gate=False`` turn them off, by name. Every host's ``redact`` patterns (and the built-in secret
+    formats) mask each host's output: one host may print another's secret. ``credentials`` and
+    ``operator`` are shared by every session.
     """
 
     def __init__(self, inventory: Inventory, *, audit: AuditSink | Literal[False] | None = None,
                  gate: HostCheck | Literal[False] | None = None, credentials: CredentialSource | None = None,
                  operator: str | None = None, redact: bool = True, kill_grace: float = KILL_GRACE) -> None:
         self.inventory = inventory
+        self._patterns = sorted({p for h in inventory.hosts.values() for p in h.redact})
         if audit is None:
-            audit = default_audit(Redactor(sorted({p for h in inventory.hosts.values() for p in h.redact})),
+            audit = default_audit(Redactor(self._patterns),
                                   {h.name: h.audit_key_file for h in inventory.hosts.values()})
         self.audit = audit
         self.gate: HostCheck | Literal[False] = (
@@ -96,7 +98,7 @@ class SessionFactory:
         self.operator = operator
         self.redact = redact
         self.kill_grace = kill_grace
-        self._redactors: dict[tuple[str, ...], Redactor] = {}
+        self._redactor: Redactor | None = None
 
     def jump_hosts(self, host: Host) -> list[Host]:
         """The route's jump hosts of ``host``, first hop first, their own jump hosts included."""
@@ -106,10 +108,9 @@ class SessionFactory:
 
     def __call__(self, host: Host, *, redactor: Redactor | None = None) -> RemoteBashSession:
         if redactor is None and self.redact:
-            key = tuple(host.redact)
-            if key not in self._redactors:
-                self._redactors[key] = Redactor(key)
-            redactor = self._redactors[key]
+            if self._redactor is None:
+                self._redactor = Redactor(sorted({*self._patterns, *host.redact}))
+            redactor = self._redactor
         return RemoteBashSession(host, jump_hosts=self.jump_hosts(host), credentials=self.credentials,
                                  audit=self.audit, redactor=redactor, gate=self.gate, operator=self.operator,
                                  kill_grace=self.kill_grace)
