@@ -53,19 +53,27 @@ _BLANK = "[ \t\r\u00a0\u2000-\u200d\u2060\u3000\ufeff]"
 """What may stand around a separator: a carriage return too (``password\\r=x`` shows ``=x`` once
 the line is collapsed, so it is masked before), and the spaces and invisible characters of Unicode."""
 _SEP = rf"""["']?{_BLANK}*(?:=>|:=|==|[:=\uff1a\uff1d]){_BLANK}*"""
-_OPEN_END = rf"[:=\uff1a\uff1d]{_BLANK}*(?:[|>][-+0-9]{{0,2}}[ \t\r]*)?"
+_YAML_PROPS = r"(?:(?:!!?[A-Za-z]*+|&[A-Za-z0-9_-]++)[ \t]+){0,2}"
+"""A YAML tag and anchor before a value (``!!str``, ``&pw``): not the value."""
+_YAML_HEAD = r"(?:(?:[|>][-+0-9]{0,2}|!!?[A-Za-z]*+|&[A-Za-z0-9_-]++)[ \t\r]*){0,3}(?:#[^\n]*+)?"
+"""What may follow a YAML key on its line when the value is on the next one: a block scalar's
+header, a tag, an anchor, a comment."""
+_OPEN_END = rf"[:=\uff1a\uff1d]{_BLANK}*{_YAML_HEAD}"
 """The end of a line whose value may be on the next line: a separator, maybe a YAML block scalar's header."""
+_BLANK_LINES = 2
+"""How many blank lines may stand between a YAML key and its value on a later line."""
 _NEXT_LINE = (
-    rf"(?:[|>][-+0-9]{{0,2}}[ \t\r]*)?\n[ \t]+(?!-----)(?![^\n]*{_OPEN_END}(?:\n|\Z))"
+    rf"{_YAML_HEAD}\n(?:[ \t\r]*+\n){{0,{_BLANK_LINES}}}[ \t]+(?:-[ \t]+)?(?!-----)(?![^\n]*{_OPEN_END}(?:\n|\Z))"
     rf"(?P<v4>(?:[^\s-]++|{_DASH})++(?:[ \t]+(?:[^\s-]++|{_DASH})++)*+)"
 )
-"""A YAML value on the next, more indented line (``password:`` or a block scalar ``password: |``):
-its first line. A line that could itself be such a key (it ends in ``:``, ``=`` or a block
-scalar's header) is not taken as a value, so no match spans more than two lines. This is the one
-rule besides key blocks that reaches over a newline: the stream holds a line that ends in a
-keyword and a separator until the next line is complete."""
+"""A YAML value on a later, more indented line (``password:`` or a block scalar ``password: |``):
+its first line, or a list's first item. A line that could itself be such a key (it ends in ``:``,
+``=`` or a block scalar's header) is not taken as a value, so no match spans more than one line
+after the key and its blank lines. This is the one rule besides key blocks that reaches over a
+newline: the stream holds a line that ends in a keyword and a separator (and the blank lines after
+it) until the next line is complete."""
 _VALUE = (
-    rf"""(?:{_NEXT_LINE}|(?:(?i:bearer|basic)[ \t]+)?"""
+    rf"""(?:{_NEXT_LINE}|{_YAML_PROPS}(?:(?i:bearer|basic)[ \t]+)?"""
     rf"""(?:"(?P<v1>(?:[^"\\\n-]+|\\[^\n]?|{_DASH})+)"?|'(?P<v2>(?:[^'\\\n-]+|\\[^\n]?|{_DASH})+)'?"""
     rf"""|["']?(?P<v3>(?![{{\[])(?:[^\s"',;&-]+|{_DASH})+)))"""
 )
@@ -199,7 +207,7 @@ _RULES: tuple[_Rule, ...] = (
     # "/etc/passwd: No such file" is a path, not an assignment; PWD=/home/u is the working directory.
     _Rule(
         "password",
-        r"(?:[Pp](?<!/[Pp])(?i:ass(?:word|wd|phrase))|[Pp](?<![A-Za-z0-9/][Pp])(?!(?<![^\s-]P)ASS:)(?i:ass)"
+        r"(?:[Pp](?<!/[Pp])(?i:ass(?:word|wd|phrase)s?)|[Pp](?<![A-Za-z0-9/][Pp])(?!(?<![^\s-]P)ASS:)(?i:ass)"
         r"|[Ss](?<![A-Za-z0-9][Ss])(?i:shpass))" + _KEY_TAIL + _ASSIGN,
         (*_either_case("w", "(?<=(?i:passw))"), *_either_case("h", "(?<=(?i:passph))(?i:rase)"),
          # "pass" alone only before a non-word character: "PASSED" in test logs is no key.

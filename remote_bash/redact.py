@@ -27,6 +27,7 @@ from enum import Enum
 from remote_bash._redact_rules import (
     _ASSIGNED,
     _BLANK,
+    _BLANK_LINES,
     _OPEN_END,
     _PEM_BEGIN,
     _PEM_END,
@@ -49,8 +50,12 @@ def mask(kind: str) -> str:
 
 _OPEN_LINE = re.compile(rf"{_OPEN_END}\n\Z")
 """A line ending in a separator (or a YAML block scalar's header): its value may be on the next line."""
-_MAYBE_OPEN = re.compile(rf"(?:[:=\uff1a\uff1d|>][-+0-9]{{0,2}}|\A[-+0-9]{{0,2}}){_BLANK}*\Z")
-"""What the cut end of such a line can look like (``: |``, `` |``, ``-``, nothing at all)."""
+_MAYBE_OPEN = re.compile(rf"(?:[:=\uff1a\uff1d|>][-+0-9]{{0,2}}|\A[-+0-9]{{0,2}}|[!&#][^\n]*){_BLANK}*\Z")
+"""What the cut end of such a line can look like (``: |``, `` |``, ``-``, nothing at all, or a YAML
+tag, anchor or comment)."""
+_BLANK_LINE = re.compile(r"[ \t\r]*\n")
+_LEAD_BLANKS = re.compile(rf"(?:[ \t\r]*\n){{0,{_BLANK_LINES}}}")
+"""The blank lines that may stand between a YAML key and its value."""
 _BEGIN_RE = re.compile(_PEM_BEGIN)
 _END_RE = re.compile(_PEM_END)
 _ORPHAN_KEY_END = re.compile(rf"\A(?:[^-]|-(?!----BEGIN))*{_PEM_END}")
@@ -148,13 +153,15 @@ class Redactor:
         if newline < 0:
             return ""
         first, text = text[:newline], text[newline + 1 :]
-        if text[:1] in (" ", "\t") and _MAYBE_OPEN.search(first):
-            # The dropped line may end in a key whose value is this line: drop it too (unless
-            # it cannot be a value, being a key of that kind itself).
-            second = text.find("\n")
+        lead = _LEAD_BLANKS.match(text)
+        assert lead is not None  # it matches the empty string
+        if text[lead.end() : lead.end() + 1] in (" ", "\t") and _MAYBE_OPEN.search(first):
+            # The dropped line may end in a key whose value is this line (or the one after its
+            # blank lines): drop it too (unless it cannot be a value, being a key of that kind itself).
+            second = text.find("\n", lead.end())
             if second < 0:
                 return ""
-            if not _OPEN_LINE.search(text, 0, second + 1):
+            if not _OPEN_LINE.search(text, lead.end(), second + 1):
                 first, text = f"{first}\n{text[:second]}", text[second + 1 :]
         marker = first.rstrip("\r")
         if ("PRIVATE KEY" in marker or _MARKER_TAIL.fullmatch(marker)) and not _CLOSED_LINE.search(marker):
@@ -191,8 +198,11 @@ class Redactor:
             start = text.rfind("\n", 0, hit.start()) + 1
             end = text.find("\n", hit.start()) + 1 or len(text)
             while end < len(text) and _OPEN_LINE.search(text, max(start, end - _OPEN_NEAR), end):
-                # A key whose value may be on the next line: take that line too.
-                end = text.find("\n", end) + 1 or len(text)
+                # A key whose value may be on the next line: take that line too (and the one after
+                # the blank lines that may stand before its value).
+                blanks = _LEAD_BLANKS.match(text, end)
+                assert blanks is not None  # it matches the empty string
+                end = text.find("\n", blanks.end()) + 1 or len(text)
             if self._whole_text or text.find("-----BEGIN", start, end) >= 0:
                 # A key block runs over many lines: take the rest of the text in one go.
                 end = len(text)
@@ -415,14 +425,20 @@ class StreamRedactor:
 
     def _open_line(self, buf: str, cut: int) -> int:
         """The start of the line that ends at ``cut`` if its value may be on the next line, else ``cut``."""
-        if cut == 0:
-            return 0
-        start = buf.rfind("\n", 0, cut - 1) + 1
-        # The separator and the keyword are at the line's end: look only there, so a long held
-        # line is not read again at every chunk.
-        near = max(start, cut - _OPEN_NEAR)
-        if _OPEN_LINE.search(buf, near, cut) and self._redactor._trigger.search(buf, near, cut):
-            return start
+        end = cut
+        for _ in range(_BLANK_LINES + 1):
+            if end == 0:
+                return cut
+            start = buf.rfind("\n", 0, end - 1) + 1
+            # The separator and the keyword are at the line's end: look only there, so a long held
+            # line is not read again at every chunk.
+            near = max(start, end - _OPEN_NEAR)
+            if _OPEN_LINE.search(buf, near, end) and self._redactor._trigger.search(buf, near, end):
+                return start
+            if not _BLANK_LINE.fullmatch(buf, start, end):
+                return cut
+            # A blank line: the value may still come after it, if the line before is such a key.
+            end = start
         return cut
 
     def _line_cut(self, buf: str, start: int) -> int:

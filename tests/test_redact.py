@@ -155,6 +155,14 @@ CASES = [
     ('<TOKEN type="x">abc</TOKEN>', '<TOKEN type="x">[REDACTED:token]</TOKEN>'),
     ("<password><![CDATA[hun<ter>2]]></password>", "<password><![CDATA[[REDACTED:password]]]></password>"),
     ('<Pwd a="1"><![CDATA[hunter2]]></Pwd>', '<Pwd a="1"><![CDATA[[REDACTED:password]]]></Pwd>'),
+    # YAML: a tag, an anchor or a comment after the key; a list of passwords; blank lines first.
+    ("password: !!str\n  hunter2\n", "password: !!str\n  [REDACTED:password]\n"),
+    ("password: &pw\n  hunter2\n", "password: &pw\n  [REDACTED:password]\n"),
+    ("password: !!str hunter2", "password: !!str [REDACTED:password]"),
+    ("password: # the db one\n  hunter2\n", "password: # the db one\n  [REDACTED:password]\n"),
+    ("passwords:\n  - hunter2\n", "passwords:\n  - [REDACTED:password]\n"),
+    ("password:\n\n  hunter2\n", "password:\n\n  [REDACTED:password]\n"),
+    ("password: |+\n\n  hunter2\n", "password: |+\n\n  [REDACTED:password]\n"),
     # Masking errs towards hiding: these may mean something else.
     ("sort -u a:b pass: 3", "sort -u a:[REDACTED:password] pass: [REDACTED:password]"),
     ("DB_PASS: hunter2 PASS=hunter2", "DB_PASS: [REDACTED:password] PASS=[REDACTED:password]"),
@@ -293,6 +301,8 @@ SECRET_FRAGMENTS = [
     "<token><![CDATA[pw0rd9]]></token>",
     "curl -fsu admin:pw0rd9",
     "password:\n  pw0rd9",
+    "password: !!str # c\n  pw0rd9",
+    "passwords:\n\n  - pw0rd9",
     "token: |\n    pw0rd9",
     pem("RSA PRIVATE KEY"),
     pem("PGP PRIVATE KEY BLOCK", "abc\n"),
