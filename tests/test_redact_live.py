@@ -224,10 +224,10 @@ def test_fleet_masks_each_hosts_output_with_every_hosts_patterns(env: dict[str, 
 def test_run_masks_commands_in_the_live_view_json_events_and_transcript(env: dict[str, str]) -> None:
     command = f"export API_KEY={PASSWORD}; echo 'password: {PASSWORD}'"
     script = [
-        Reply([text("Setting it."), tool_use({"command": command}, id="toolu_r1")]),
+        Reply([text(f"Setting password={PASSWORD} now."), tool_use({"command": command}, id="toolu_r1")]),
         Reply([text("Done.")]),
         Reply([tool_use({"command": command}, id="toolu_r2")]),
-        Reply([text("Done again.")]),
+        Reply([text(f"Done again: token: {PASSWORD}")]),
     ]
     with MessagesServer(script) as server:
         run_env = {**env, "ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "test-key"}
@@ -240,6 +240,9 @@ def test_run_masks_commands_in_the_live_view_json_events_and_transcript(env: dic
     assert "[REDACTED:api-key]" in transcript_text
     events = [json.loads(line) for line in as_json.stdout.splitlines()]
     assert any(e["event"] == "command" and "[REDACTED:api-key]" in e["command"] for e in events)
+    # Claude's own text is masked too, in the live view and in the JSON events.
+    assert "Setting password=[REDACTED:password] now." in live.stdout
+    assert "".join(e.get("text", "") for e in events if e["event"] == "text") == "Done again: token: [REDACTED:token]"
     for shown in (live.stdout, live.stderr, as_json.stdout, transcript_text,
                   json.dumps(audit_records(env, "redact-a"))):
         assert PASSWORD not in shown

@@ -133,12 +133,18 @@ class _AgentView:
         self.as_json = as_json
         self.tty = tty
         self.stream = redactor.stream()
+        self.text_stream = redactor.stream()
+        """Claude's text comes in pieces: masked as a stream, a line at a time, as output is."""
         self.shown = 0
         self.hidden = 0
         self.at_line_start = True
 
     def __call__(self, event: Any) -> None:
         kind: str = event.kind
+        if kind == "text":
+            self._text(self.text_stream.feed(event.text))
+            return
+        self._text(self.text_stream.flush())
         if kind == "output":
             text = self.stream.feed(event.text)
         elif kind == "result":
@@ -146,11 +152,9 @@ class _AgentView:
             text = self.stream.flush() if getattr(event, "tool", None) in (None, "bash") else \
                 self.redactor.redact(event.text)
         else:
-            text = event.text
+            text = self.redactor.redact(event.text) if event.text else event.text
         if self.as_json:
             self._json(event, text)
-        elif kind == "text":
-            self._write(escape(text))
         elif kind == "command":
             self.stream = self.redactor.stream()
             self.shown = self.hidden = 0
@@ -161,6 +165,15 @@ class _AgentView:
             self._lines(text)
             if kind == "result":
                 self._result(event)
+
+    def _text(self, text: str) -> None:
+        """Claude's text, masked already."""
+        if not text:
+            return
+        if self.as_json:
+            _out_json({"event": "text", "text": text})
+        else:
+            self._write(escape(text))
 
     def _json(self, event: Any, text: str) -> None:
         record: dict[str, Any] = {"event": event.kind}
@@ -219,8 +232,10 @@ class _AgentView:
 
     def finish(self, outcome: Any) -> None:
         usage = outcome.usage
+        self._text(self.text_stream.flush())
         if self.as_json:
             record = {"event": "outcome", **outcome.model_dump(mode="json")}
+            record["final_text"] = self.redactor.redact(record["final_text"])
             _out_json(record)
             return
         if not self.at_line_start:
