@@ -63,15 +63,17 @@ _OPEN_END = rf"[:=\uff1a\uff1d]{_BLANK}*{_YAML_HEAD}"
 _BLANK_LINES = 2
 """How many blank lines may stand between a YAML key and its value on a later line."""
 _NEXT_LINE = (
-    rf"{_YAML_HEAD}\n(?:[ \t\r]*+\n){{0,{_BLANK_LINES}}}[ \t]+(?:-[ \t]+)?(?!-----)(?![^\n]*{_OPEN_END}(?:\n|\Z))"
+    rf"{_YAML_HEAD}(?:\n(?:[ \t\r]*+\n){{0,{_BLANK_LINES}}}[ \t]+(?:-[ \t]+)?(?!-----)(?![^\n]*{_OPEN_END}(?:\n|\Z))"
     rf"(?P<v4>(?:[^\s-]++|{_DASH})++(?:[ \t]+(?:[^\s-]++|{_DASH})++)*+)"
+    r"""|\\n(?:[ \t]|\\t)++(?:-[ \t]+)?(?P<v7>[^\s"'\\]++))"""
 )
 """A YAML value on a later, more indented line (``password:`` or a block scalar ``password: |``):
 its first line, or a list's first item. A line that could itself be such a key (it ends in ``:``,
 ``=`` or a block scalar's header) is not taken as a value, so no match spans more than one line
 after the key and its blank lines. This is the one rule besides key blocks that reaches over a
 newline: the stream holds a line that ends in a keyword and a separator (and the blank lines after
-it) until the next line is complete."""
+it) until the next line is complete. In a command, ``printf 'token:\\n  x'`` spells the newline
+and a tab as escapes: the value after them, up to a quote or a backslash, is masked too."""
 _VALUE = (
     rf"""(?:{_NEXT_LINE}|{_YAML_PROPS}(?:(?i:bearer|basic)[ \t]+)?"""
     rf"""(?:"(?P<v1>(?:[^"\\\n-]+|\\[^\n]?|{_DASH})+)"?|'(?P<v2>(?:[^'\\\n-]+|\\[^\n]?|{_DASH})+)'?"""
@@ -90,7 +92,7 @@ attributes, if any (bare words and a ``>`` are a shell redirection: ``echo passw
 inside a CDATA section, which may hold a ``<``."""
 _ASSIGN = rf"(?:{_SEP}{_VALUE}|{_XML})"
 """A separator and a value, or the text of an XML element named by the key."""
-_ASSIGNED = ("v1", "v2", "v3", "v4", "v5", "v6")
+_ASSIGNED = ("v1", "v2", "v3", "v4", "v5", "v6", "v7")
 _FLAG_VALUE = (
     r"""(?:"(?P<v1>[^"\n]+)"?|'(?P<v2>[^'\n]+)'?|(?P<v3>[^\s"']+))"""
 )

@@ -304,7 +304,7 @@ _DROP_QUOTED = {
 _DROP_BARE = re.compile(r"""[^\s"'<>]*""")
 """The rest of a token, a bare value or a URL's user and password: up to a space or a quote."""
 _DROP_TO = {"v4": re.compile(r"[^\n]*"), "v5": re.compile(r"[^<\n]*"),
-            "v6": re.compile(r"(?:[^\]\n]|\](?!\]>))*")}
+            "v6": re.compile(r"(?:[^\]\n]|\](?!\]>))*"), "v7": re.compile(r"""[^\s"'\\]*""")}
 """The rest of a value on the line after its key (to the end of the line), of an XML element's
 text, or of its CDATA section."""
 _OPEN_NEAR = 128

@@ -163,6 +163,9 @@ CASES = [
     ("passwords:\n  - hunter2\n", "passwords:\n  - [REDACTED:password]\n"),
     ("password:\n\n  hunter2\n", "password:\n\n  [REDACTED:password]\n"),
     ("password: |+\n\n  hunter2\n", "password: |+\n\n  [REDACTED:password]\n"),
+    # A command that prints YAML spells its newlines as escapes.
+    ("printf 'token:\\n  hunter2\\n'", "printf 'token:\\n  [REDACTED:token]\\n'"),
+    ('echo -e "password:\\n\\t- hunter2"', 'echo -e "password:\\n\\t- [REDACTED:password]"'),
     # Masking errs towards hiding: these may mean something else.
     ("sort -u a:b pass: 3", "sort -u a:[REDACTED:password] pass: [REDACTED:password]"),
     ("DB_PASS: hunter2 PASS=hunter2", "DB_PASS: [REDACTED:password] PASS=[REDACTED:password]"),
