@@ -50,9 +50,6 @@ def mask(kind: str) -> str:
 
 _OPEN_LINE = re.compile(rf"{_OPEN_END}\n\Z")
 """A line ending in a separator (or a YAML block scalar's header): its value may be on the next line."""
-_MAYBE_OPEN = re.compile(rf"(?:[:=\uff1a\uff1d|>][-+0-9]{{0,2}}|\A[-+0-9]{{0,2}}|[!&#][^\n]*){_BLANK}*\Z")
-"""What the cut end of such a line can look like (``: |``, `` |``, ``-``, nothing at all, or a YAML
-tag, anchor or comment)."""
 _BLANK_LINE = re.compile(r"[ \t\r]*\n")
 _LEAD_BLANKS = re.compile(rf"(?:[ \t\r]*\n){{0,{_BLANK_LINES}}}")
 """The blank lines that may stand between a YAML key and its value."""
@@ -155,9 +152,10 @@ class Redactor:
         first, text = text[:newline], text[newline + 1 :]
         lead = _LEAD_BLANKS.match(text)
         assert lead is not None  # it matches the empty string
-        if text[lead.end() : lead.end() + 1] in (" ", "\t") and _MAYBE_OPEN.search(first):
+        if text[lead.end() : lead.end() + 1] in (" ", "\t"):
             # The dropped line may end in a key whose value is this line (or the one after its
-            # blank lines): drop it too (unless it cannot be a value, being a key of that kind itself).
+            # blank lines): drop it too (unless it cannot be a value, being a key of that kind
+            # itself). Any cut line may: the end of a YAML comment after a key can be any text.
             second = text.find("\n", lead.end())
             if second < 0:
                 return ""

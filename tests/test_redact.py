@@ -627,6 +627,8 @@ def test_head_and_tail_examples() -> None:
     assert redactor.redact_tail("ssword=abc\nline two\nline three x") == "[REDACTED:known-secret] x"
     assert redactor.redact_tail("QUJD\n-----END RSA PRIVATE KEY-----\nafter") == "[REDACTED:private-key]\nafter"
     assert redactor.redact_tail("one line, cut at both ends") == ""
+    # The cut end of a YAML comment after a key: the indented value after it is dropped with it.
+    assert Redactor().redact_tail(" c\n  pw0rd9\nnext") == "next"
 
 
 # -- lines longer than every bound --------------------------------------------------------------------
