@@ -26,7 +26,6 @@ from enum import Enum
 
 from remote_bash._redact_rules import (
     _ASSIGNED,
-    _BLANK,
     _BLANK_LINES,
     _OPEN_END,
     _PEM_BEGIN,
