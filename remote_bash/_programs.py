@@ -15,7 +15,7 @@ __all__ = ["TEXT_OPTIONS", "awk_runs", "git_runs", "inline_program", "mode_sets_
            "wrapper_starts"]
 
 # Wrappers whose first operand is theirs (a lock file, a directory, a time), not the command's name.
-_OWN_OPERAND = frozenset({"flock", "chroot", "faketime"})
+_OWN_OPERAND = frozenset({"flock", "chroot", "faketime", "sg"})
 # How many ways a wrapper's options may be read before it asks instead (each is read in full).
 _MAX_READINGS = 8
 # Wrappers whose leading numbers are theirs (a duration, a priority, a CPU list).
@@ -44,7 +44,7 @@ _VALUE_OPTIONS: dict[str, frozenset[str]] = {name: frozenset(opts) for name, opt
 # Wrappers that run a text given to an option through a shell.
 TEXT_OPTIONS: dict[str, tuple[str, ...]] = {"su": ("-c", "--command", "--session-command"),
                                              "runuser": ("-c", "--command", "--session-command"),
-                                             "flock": ("-c", "--command")}
+                                             "flock": ("-c", "--command"), "sg": ("-c",)}
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?\+?=")
 
 _CLAUSE = re.compile(r"[ugoa]*((?:[-+=](?:[rwxXst]*|[ugo]|[0-7]+))+)")

@@ -35,6 +35,7 @@ from remote_bash._programs import (
     sed_effects,
     wrapper_starts,
 )
+from remote_bash._shell_state import LATER, LOOKUP_VARIABLES, carries_substitution, lookup_change, text_options
 from remote_bash.models import ApproveRule, Host, RegexApproveRule, WritesOutsideRule
 from remote_bash.policy import simple_commands
 
@@ -82,9 +83,10 @@ _CODE_VARIABLES = re.compile(
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?\+?=")
 _DECLARERS = frozenset({"export", "declare", "typeset", "readonly", "local"})
 _PACKAGE_MODULES = frozenset({"pip", "pip3", "ensurepip"})
-_ESCALATE = frozenset({"sudo", "su", "doas", "pkexec", "runuser", "setpriv", "sudoedit", "machinectl"})
+_ESCALATE = frozenset({"sudo", "su", "doas", "pkexec", "runuser", "setpriv", "sudoedit", "machinectl", "sg"})
 _ACCOUNTS = frozenset({"useradd", "userdel", "usermod", "adduser", "deluser", "groupadd", "groupdel",
-                       "groupmod", "gpasswd", "passwd", "chpasswd", "visudo", "setcap", "newgrp"})
+                       "groupmod", "gpasswd", "passwd", "chpasswd", "visudo", "setcap", "newgrp", "chsh", "chfn",
+                       "chage"})
 _PACKAGE_VERBS: dict[str, frozenset[str]] = {
     "apt": frozenset({"install", "remove", "purge", "upgrade", "full-upgrade", "dist-upgrade", "autoremove",
                       "reinstall", "build-dep", "autopurge"}),
@@ -174,6 +176,13 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
     parsed = simple_commands(command)
     if parsed is None:
         return Need("unreadable", "the command could not be read, so what it would change cannot be told")
+    need = _state_change(parsed.functions, parsed.data)
+    if need is not None:
+        return need
+    if "deletions" in classes:
+        emptied = [t for t in parsed.truncated if not t.startswith("/dev/")]
+        if emptied:
+            return Need("deletions", f"'>' onto {emptied[0]!r} with nothing written empties the file")
     queue = [words for words in parsed.commands]
     # Bounded in commands read, and in words queued and characters read again (a wrapper read two
     # ways queues a command more than once; eval of eval reads its text again), both linear in the
@@ -183,7 +192,10 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
     for _ in range(4 * len(command) + 16):
         if not queue:
             break
-        assigned, words = _skip_assignments(queue.pop(0))
+        command_words = queue.pop(0)
+        if any(carries_substitution(w) for w, _ in command_words):
+            return _CARRIES
+        assigned, words = _skip_assignments(command_words)
         need = _risky_assignment(assigned)
         if need is not None:
             return need
@@ -198,6 +210,9 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
         need = _classify(base, args, classes)
         if need is not None:
             return need
+        why = lookup_change(base, args)
+        if why is not None:
+            return Need("lookup", why)
         if allowed_paths is not None:
             why = writes_outside(base, words[1:], allowed_paths)
             if why is not None:
@@ -211,10 +226,26 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
         queue.extend(inner)
     if queue:
         return Need("unreadable", "the command holds more commands than are read here")
+    if any(carries_substitution(target) for _, target, _ in redirects):
+        return _CARRIES
     if allowed_paths is not None:
         for op, target, literal in redirects:
             if op in OUTPUT_REDIRECTS and not inside(target, literal, allowed_paths):
                 return Need("writes_outside", f"it writes to {target!r}, outside {', '.join(allowed_paths)}")
+    return None
+
+
+_CARRIES = Need("substitution-data", "quoted text holds '$(' or '`': bash runs it if the value is ever used in "
+                                    "arithmetic (an array subscript) or expanded as a prompt, so it may run later")
+
+
+def _state_change(functions: list[str], data: list[str]) -> Need | None:
+    """A function definition (it may take any command's name), or data that may run later."""
+    if functions:
+        return Need("lookup", f"it defines the function {functions[0]!r}, which {LATER} (a function may take "
+                              "the name of any command)")
+    if any(carries_substitution(text) for text in data):
+        return _CARRIES
     return None
 
 
@@ -245,8 +276,10 @@ def _skip_assignments(words: list[tuple[str, bool]]) -> tuple[list[str], list[tu
 def _risky_assignment(assigned: list[str]) -> Need | None:
     """Whether setting these (``NAME`` or ``NAME=value`` words) may change what runs."""
     for word in assigned:
-        name, equals, value = re.split(r"(?:\[[^\]]*\])?(\+?=)", word, maxsplit=1)[0], "=" in word, \
-            word.split("=", 1)[-1]
+        named = re.match(r"[A-Za-z_][A-Za-z0-9_]*", word)
+        name, equals, value = named.group(0) if named else word, "=" in word, word.split("=", 1)[-1]
+        if name in LOOKUP_VARIABLES:
+            return Need("lookup", f"it sets {name}, which {LATER}")
         if equals and value in ("", "cat") and name.endswith("PAGER"):
             continue  # no pager, or cat: the commonest way to keep output plain, and it runs nothing else
         if _CODE_VARIABLES.fullmatch(name):
@@ -322,8 +355,12 @@ def _classify(base: str, args: list[str], classes: frozenset[str]) -> Need | Non
             return Need("deletions", "git clean deletes untracked files")
         if base == "rsync" and any(a.startswith("--delete") for a in args):
             return Need("deletions", "rsync --delete deletes files")
-        if base == "mv" and args and args[-1] == "/dev/null":
-            return Need("deletions", "mv onto /dev/null throws a file away")
+        if base == "mv":
+            # mv removes its sources from where they were and replaces what the target held.
+            return Need("deletions", "mv removes a file from where it was and replaces what its target held")
+        if base == "fallocate" and any(a in ("--punch-hole", "--collapse-range", "--zero-range")
+                                       or re.fullmatch(r"-[a-zA-Z]*[pcz][a-zA-Z]*", a) for a in args):
+            return Need("deletions", "fallocate punches, collapses or zeroes a range, deleting the data in it")
     return None
 
 
@@ -380,8 +417,15 @@ def _inner_command(base: str, words: list[tuple[str, bool]],
         need = _risky_assignment(names)
         if need is not None or base in _DECLARERS:
             return need or []
+    options = text_options(base, words)
+    for letter, value in options:
+        if letter == "F":
+            return Need("unreadable", f"{base} -F runs a shell function, whose body the text does not show")
+        read = _read_text(f"{base} -{letter}", reading, value)
+        if isinstance(read, Need) or read:
+            return read
     if base in ("printf", "read", "mapfile", "readarray", "getopts"):
-        need = _risky_assignment([w for w in values if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", w)])
+        need = _risky_assignment([w for w in values if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\[[^\]]*\])?", w)])
         return need or []
     if base == "sed":
         runs, _ = sed_effects(values)
@@ -454,6 +498,9 @@ def _read_text(what: str, reading: _Reading,
     inner = simple_commands(text)
     if inner is None:
         return Need("unreadable", f"the text given to {what} could not be read")
+    need = _state_change(inner.functions, inner.data)
+    if need is not None:
+        return need
     reading.redirects += inner.redirects
     return inner.commands
 
