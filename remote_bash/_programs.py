@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["TEXT_OPTIONS", "awk_runs", "git_runs", "inline_program", "mode_sets_special", "sed_effects",
+__all__ = ["TEXT_OPTIONS", "awk_programs", "awk_runs", "git_runs", "inline_program", "mode_sets_special", "sed_effects",
            "wrapper_starts"]
 
 # Wrappers whose first operand is theirs (a lock file, a directory, a time), not the command's name.
@@ -284,15 +284,15 @@ def git_runs(words: list[str]) -> str | None:
     return None
 
 
-def awk_runs(base: str, words: list[str]) -> str | None:
-    """Why awk's program may write, pipe or run something (or cannot be read), or None: it reads."""
+def awk_programs(words: list[str]) -> list[int] | None:
+    """Where awk's program texts are in its arguments; None when it reads one from a file or library."""
     programs, i = [], 0
     while i < len(words):
         word = words[i]
         if word in ("-f", "-i", "-l") or word.startswith(("--file", "--include", "--load", "-f", "-i", "-l")):
-            return f"{base} runs a program from a file or a loaded library, which the text does not show"
+            return None
         if word in ("-e", "--source"):
-            programs.append(words[i + 1] if i + 1 < len(words) else "")
+            programs += [i + 1] if i + 1 < len(words) else []
             i += 2
         elif word in ("-v", "-F", "--assign", "--field-separator"):
             i += 2
@@ -300,8 +300,17 @@ def awk_runs(base: str, words: list[str]) -> str | None:
             i += 1
         else:
             if not programs:
-                programs.append(word)
+                programs.append(i)
             break
+    return programs
+
+
+def awk_runs(base: str, words: list[str]) -> str | None:
+    """Why awk's program may write, pipe or run something (or cannot be read), or None: it reads."""
+    found = awk_programs(words)
+    if found is None:
+        return f"{base} runs a program from a file or a loaded library, which the text does not show"
+    programs = [words[i] for i in found]
     if any(re.search(r"system|getline|close|fflush|[>|]|@load|@include", p) for p in programs):
         return f"{base}'s program can write files or run commands, which the text does not show"
     return None

@@ -28,6 +28,7 @@ from typing import Literal
 from remote_bash._approval_writes import OUTPUT_REDIRECTS, inside, writes_outside
 from remote_bash._programs import (
     TEXT_OPTIONS,
+    awk_programs,
     awk_runs,
     git_runs,
     inline_program,
@@ -193,7 +194,7 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
         if not queue:
             break
         command_words = queue.pop(0)
-        if any(carries_substitution(w) for w, _ in command_words):
+        if any(carries_substitution(w) for w in _data_words(command_words)):
             return _CARRIES
         assigned, words = _skip_assignments(command_words)
         need = _risky_assignment(assigned)
@@ -247,6 +248,17 @@ def _state_change(functions: list[str], data: list[str]) -> Need | None:
     if any(carries_substitution(text) for text in data):
         return _CARRIES
     return None
+
+
+def _data_words(words: list[tuple[str, bool]]) -> list[str]:
+    """A command's words that may become shell data: all but an awk program's text, whose ``$(NF)``
+    is awk's (awk can spell any text from escapes anyway, so skipping it hides nothing new)."""
+    _, rest = _skip_assignments(words)
+    if rest and rest[0][1] and rest[0][0].rsplit("/", 1)[-1] in _AWKS:
+        start = len(words) - len(rest) + 1  # where awk's arguments begin
+        skipped = {start + i for i in awk_programs([w for w, _ in rest[1:]]) or []}
+        return [w for i, (w, _) in enumerate(words) if i not in skipped]
+    return [w for w, _ in words]
 
 
 @dataclass

@@ -25,6 +25,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
+from remote_bash._programs import awk_programs
 from remote_bash._regex import LinearPattern, PatternError, compile_linear
 from remote_bash._shell_state import (
     LOOKUP_VARIABLES,
@@ -205,7 +206,7 @@ def _shell_state_refusal(parsed: _Parsed) -> str | None:
     if parsed.functions:
         return (f"defining the function {parsed.functions[0]!r} is not allowed with an allowlist: a function "
                 "changes what later commands run, and one named like a listed command would run unlisted ones")
-    texts = [w.value for words in parsed.commands for w in words] + [w.value for _, w in parsed.redirects]
+    texts = [t for words in parsed.commands for t in _data_words(words)] + [w.value for _, w in parsed.redirects]
     if any(carries_substitution(t) for t in texts + parsed.data):
         return ("quoted text holds '$(' or '`': bash runs it if the value is ever used in arithmetic or as a "
                 "prompt, so it is not allowed with an allowlist")
@@ -227,6 +228,17 @@ def _shell_state_refusal(parsed: _Parsed) -> str | None:
                                       for v in values):
             return f"{name.value} sets a variable that changes what later commands run"
     return None
+
+
+def _data_words(words: list[_Word]) -> list[str]:
+    """A command's words that may become shell data: all but an awk program's text (its ``$(NF)``
+    is awk's, and awk can spell any text from escapes anyway)."""
+    name = _command_name(words)
+    if name is None or not name.literal or name.value not in ("awk", "gawk", "mawk", "nawk"):
+        return [w.value for w in words]
+    start = words.index(name) + 1
+    skipped = {start + i for i in awk_programs([w.value for w in words[start:]]) or []}
+    return [w.value for i, w in enumerate(words) if i not in skipped]
 
 
 def _allow_entries(entries: list[str]) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:

@@ -380,7 +380,8 @@ def test_builtins_that_run_text_ask(command: str) -> None:
     # a literal holding a command substitution is data bash may later evaluate in arithmetic
     "x='a[$(rm -f F)]'; echo $((x))", "let 'a[$(rm -f F)]=1'", "[[ -v 'a[$(rm -f F)]' ]]",
     "read -r y <<< 'a[$(rm -f F)]'; echo $((y))", "printf -v z %s 'a[$(rm -f F)]'; : $((z))",
-    "x='a[`rm -f F`]'", "x=\"a[\\$(rm -f F)]\"", "x=$'a[\\x24(rm -f F)]'", "read y <<'E'\na[$(rm F)]\nE",
+    "x='a[`rm -f F`]'", "x=\"a[\\$(rm -f F)]\"", "awk 1 'a[$(rm F)]'", "z='$(rm F)'; echo ${z@P}",
+    "x=$'a[\\x24(rm -f F)]'", "read y <<'E'\na[$(rm F)]\nE",
 ])
 def test_literals_carrying_a_command_substitution_ask(command: str) -> None:
     need = approval_needed(command, DELETIONS)
@@ -432,6 +433,7 @@ def test_deletions_cover_truncation_and_moves(command: str) -> None:
 
 
 @pytest.mark.parametrize("command", ["echo x > /tmp/f", "ls > /tmp/f", "cat a >> /tmp/f", ": > /dev/null",
-                                     "fallocate -l 9 F", "echo '$HOME'", "x='a[1]'; echo $((x))"])
+                                     "fallocate -l 9 F", "echo '$HOME'", "x='a[1]'; echo $((x))",
+                                     "awk '{print $(NF-1)}' F", "gawk -F: -v x=1 '{print $(NF)}' F"])
 def test_deletions_leave_ordinary_writes_alone(command: str) -> None:
     assert approval_needed(command, DELETIONS) is None, command

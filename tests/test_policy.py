@@ -436,7 +436,7 @@ def test_function_definitions_are_refused(command: str) -> None:
     assert not decision.allowed and "function" in decision.reason, decision
 
 
-LISTED = CommandPolicy(allow=["cat", "ls", "echo", "hash", "shopt", "enable", "alias", "mapfile", "readarray",
+LISTED = CommandPolicy(allow=["cat", "ls", "echo", "awk", "hash", "shopt", "enable", "alias", "mapfile", "readarray",
                               "compgen", "complete", "bind", "fc", "let", "BASH_CMDS=", "BASH_ALIASES="])
 
 
@@ -445,14 +445,15 @@ LISTED = CommandPolicy(allow=["cat", "ls", "echo", "hash", "shopt", "enable", "a
     "enable -n echo", "enable -f x.so y", "alias ls='rm -f'", "mapfile -C 'rm -f F #' -c 1 < x",
     "readarray -tC 'rm F' < x", "compgen -C 'rm -f F' x", "complete -F f x", "bind -x '\"a\":rm F'", "fc -e rm",
     "let 'a[$(rm -f F)]=1'", "echo 'a[$(rm -f F)]'", "cat <<< 'a[`rm F`]'", "echo $'\\x24(rm F)'",
-    "cat <<'EOF'\n$(rm x)\nEOF", "echo '`rm x`'",
+    "cat <<'EOF'\n$(rm x)\nEOF", "echo '`rm x`'", "awk 1 'a[$(rm F)]'",
 ])
 def test_lookup_changes_and_text_runners_are_refused_even_when_listed(command: str) -> None:
     assert not check_command(command, LISTED).allowed, command
 
 
 @pytest.mark.parametrize("command", ["hash", "hash -r", "shopt -s extglob", "enable", "alias", "mapfile -t a < x",
-                                     "echo '$HOME'", "cat 'a[1]'", "echo $'a\\tb'"])
+                                     "echo '$HOME'", "cat 'a[1]'", "echo $'a\\tb'",
+                                     "awk '{print $(NF-1)}' x"])
 def test_listed_builtins_used_plainly_pass(command: str) -> None:
     assert check_command(command, LISTED).allowed, command
 
