@@ -51,6 +51,8 @@ def lookup_change(base: str, values: list[str]) -> str | None:
         return f"enable -n/-f/-d adds or removes shell builtins, which {LATER}"
     if base == "alias" and any("=" in v for v in values):
         return f"alias gives a command name other text to run, which {LATER}"
+    if base == "set" and ("k" in letters or "keyword" in values):
+        return f"set -k makes later NAME=value arguments into the command's variables, which {LATER}"
     if base == "fc" and "l" not in letters:
         return "fc runs commands again from the shell's history, which the text does not show"
     if base == "bind" and "x" in letters:

@@ -8,10 +8,13 @@ class, and the rest ask for nothing.
 
 Like the command policy this is a guard rail over the command's text: it reads what the text
 would run (through wrappers such as ``sudo``, ``env``, ``nohup``, ``bash -c``, ``eval`` of plain
-literals, ``trap`` and ``alias`` texts, ``find -exec``), and when the text runs code it cannot read
+literals, ``trap`` texts, ``find -exec``, ``mapfile -C``), and when the text runs code it cannot read
 it asks: an unreadable command, a command name or ``eval`` text known only after expansion, a
 script (``source``, ``bash FILE``, a shell or interpreter reading its input), an inline program,
 a variable that makes programs load or run other code (``LD_PRELOAD``, ``PATH``, ``BASH_ENV``, ...).
+Since the shell persists between calls, it also asks when the text changes what a later command
+runs (``hash -p``, ``BASH_CMDS``, aliases, ``enable``, any function definition) and when quoted
+text holds ``$(`` or a backquote, which bash runs if the value is later used in arithmetic.
 It cannot see what a script or an allowed program does once it runs, nor the host's file system
 (a symbolic link that already leads out of an allowed path). Asking, and recording the answer, is the
 caller's job: this module only decides whether to ask, and remembers time-limited grants.
@@ -55,14 +58,14 @@ _PRODUCTION_VALUES = frozenset({"prod", "production"})
 _PRODUCTION_KEYS = ("env", "environment", "stage", "tier")
 
 CLASSES: dict[str, str] = {
-    "privilege": "privilege escalation: sudo, su, doas, pkexec, runuser, setuid/setcap bits, user, group and "
-                 "sudoers changes",
+    "privilege": "privilege escalation: sudo, su, doas, pkexec, runuser, sg, setuid/setcap bits, user, group, "
+                 "sudoers and account (chsh, chfn, chage) changes",
     "packages": "package changes: apt/apt-get/dpkg, yum/dnf/rpm, zypper, apk, pacman, snap, pip and npm "
                 "installs, removals and upgrades",
     "services": "service and process changes: systemctl start/stop/restart/enable/..., service, reboot, "
                 "shutdown, kill, pkill, killall",
     "deletions": "deletions: rm, rmdir, unlink, shred, truncate, wipefs, mkfs, dd of=, find -delete, "
-                 "git clean",
+                 "git clean, mv, fallocate -p/-c/-z, '> FILE' with nothing written",
 }
 PRODUCTION_DEFAULT: tuple[ApproveRule, ...] = ("privilege", "packages", "services", "deletions")
 

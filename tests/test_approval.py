@@ -356,7 +356,8 @@ def test_fleet_run_without_a_terminal_refuses_and_no_approve_runs(prod_env: dict
     "declare BASH_CMDS[ls]=/bin/rm", "read 'BASH_CMDS[ls]' <<< /bin/rm", "shopt -s expand_aliases",
     "shopt -qs extglob expand_aliases", "enable -n echo", "enable -nf x.so y", "alias ll='ls -l'",
     "ls() { echo hi; }", "function ls { echo hi; }", "function ls() { echo hi; }", "f () { :; }; f",
-    "EXECIGNORE=/usr/bin/ls",
+    "EXECIGNORE=/usr/bin/ls", "set -k", "set -o keyword", "eval 'ls() { :; }'", "command hash -p /bin/rm ls",
+    "declare -n r=BASH_CMDS",
 ])
 def test_changes_to_command_lookup_ask(command: str) -> None:
     for host in (ATTACKED, DELETIONS):

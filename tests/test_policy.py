@@ -437,11 +437,11 @@ def test_function_definitions_are_refused(command: str) -> None:
 
 
 LISTED = CommandPolicy(allow=["cat", "ls", "echo", "awk", "hash", "shopt", "enable", "alias", "mapfile", "readarray",
-                              "compgen", "complete", "bind", "fc", "let", "BASH_CMDS=", "BASH_ALIASES="])
+                              "compgen", "complete", "bind", "fc", "let", "set", "BASH_CMDS=", "BASH_ALIASES="])
 
 
 @pytest.mark.parametrize("command", [
-    "hash -p /bin/rm ls", "BASH_CMDS[ls]=/bin/rm", "BASH_ALIASES[ls]='rm -f'", "shopt -s expand_aliases",
+    "hash -p /bin/rm ls", "set -k", "BASH_CMDS[ls]=/bin/rm", "BASH_ALIASES[ls]='rm -f'", "shopt -s expand_aliases",
     "enable -n echo", "enable -f x.so y", "alias ls='rm -f'", "mapfile -C 'rm -f F #' -c 1 < x",
     "readarray -tC 'rm F' < x", "compgen -C 'rm -f F' x", "complete -F f x", "bind -x '\"a\":rm F'", "fc -e rm",
     "let 'a[$(rm -f F)]=1'", "echo 'a[$(rm -f F)]'", "cat <<< 'a[`rm F`]'", "echo $'\\x24(rm F)'",
