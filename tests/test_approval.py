@@ -438,3 +438,38 @@ def test_deletions_cover_truncation_and_moves(command: str) -> None:
                                      "awk '{print $(NF-1)}' F", "gawk -F: -v x=1 '{print $(NF)}' F"])
 def test_deletions_leave_ordinary_writes_alone(command: str) -> None:
     assert approval_needed(command, DELETIONS) is None, command
+
+
+@given(st.text(max_size=10), st.sampled_from(["$(", "`"]), st.text(max_size=10),
+       st.sampled_from(["echo {}", "x={}", "let {}", "read y <<< {}", "printf -v z %s {}"]))
+def test_any_quoted_command_substitution_asks(before: str, opener: str, after: str, form: str) -> None:
+    command = form.format(shlex.quote(before + opener + after))
+    need = approval_needed(command, DELETIONS)
+    assert need is not None, command
+
+
+def test_a_hash_change_is_refused_so_a_later_ls_stays_ls(prod_env: dict[str, str], server: MessagesServer,
+                                                          hosts: TestHosts, tmp_path: Path) -> None:
+    # The attack: call 1 ties `ls` to /bin/rm in the persistent shell, call 2 `ls -f F` deletes F.
+    import shutil
+    import tempfile
+    folder = Path(tempfile.mkdtemp(prefix="rb-hash-"))
+    victim = folder / "victim"
+    try:
+        victim.write_text("keep\n")
+        for path in (folder, victim):
+            shutil.chown(path, hosts.user)
+        server.add(Reply([tool_use({"command": "hash -p /bin/rm ls"}, id="toolu_h")]),
+                   Reply([tool_use({"command": f"ls -f {victim}"}, id="toolu_l")]), Reply([text("ok")]))
+        out = subprocess.run([sys.executable, "-m", "remote_bash.cli", "run", "--host", "prod-1", "x"],
+                             env=prod_env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                             stdin=subprocess.DEVNULL, start_new_session=True, check=False)
+        assert out.returncode == 0, out.stderr
+        refused, listed = server.tool_results(1)[0], server.tool_results(2)[0]
+        assert refused["is_error"] and "later commands" in str(refused["content"]), refused
+        assert str(victim) in str(listed["content"]), listed
+        assert victim.read_text() == "keep\n"
+        records = [json.loads(line) for line in (tmp_path / "audit" / "prod-1.jsonl").read_text().splitlines()]
+        assert [r["command"] for r in records if r["event"] == "exec.start"] == [f"ls -f {victim}"]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
