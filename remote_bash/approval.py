@@ -480,7 +480,9 @@ def _wrapped(base: str, words: list[tuple[str, bool]],
     texts = TEXT_OPTIONS.get(base, ())
     for i, (word, literal) in enumerate(words):
         if word in texts and i + 1 < len(words):
-            return _read_text(f"{base} {word}", reading, words[i + 1])
+            text = _read_text(f"{base} {word}", reading, words[i + 1])
+            # Words after the text are read as a command too, whatever the wrapper makes of them.
+            return text if isinstance(text, Need) or i + 2 >= len(words) else [*text, words[i + 2:]]
         if any(word.startswith(f + "=") for f in texts if f.startswith("--")):
             return _read_text(base, reading, (word.split("=", 1)[1], literal))
     starts, assigned = wrapper_starts(base, [w for w, _ in words])

@@ -390,7 +390,8 @@ def test_literals_carrying_a_command_substitution_ask(command: str) -> None:
 
 
 @pytest.mark.parametrize("command", [
-    "sg adm -c 'rm -f F'", "sg adm 'rm -f F'", "chsh -s /bin/sh", "chfn -f x", "chage -M 9 u", "newgrp adm",
+    "sg adm -c 'rm -f F'", "sg adm 'rm -f F'", "sg adm -c x rm -f F", "flock /tmp/l -c x rm -f F",
+    "chsh -s /bin/sh", "chfn -f x", "chage -M 9 u", "newgrp adm",
 ])
 def test_sg_runs_its_command_and_account_changes_ask(command: str) -> None:
     assert approval_needed(command, ATTACKED) is not None, command
