@@ -15,7 +15,7 @@ __all__ = ["TEXT_OPTIONS", "awk_programs", "awk_runs", "git_runs", "inline_progr
            "wrapper_starts"]
 
 # Wrappers whose first operand is theirs (a lock file, a directory, a time), not the command's name.
-_OWN_OPERAND = frozenset({"flock", "chroot", "faketime", "sg"})
+_OWN_OPERAND = frozenset({"flock", "chroot", "faketime", "sg", "ssh"})
 # How many ways a wrapper's options may be read before it asks instead (each is read in full).
 _MAX_READINGS = 8
 # Wrappers whose leading numbers are theirs (a duration, a priority, a CPU list).
@@ -40,6 +40,8 @@ _VALUE_OPTIONS: dict[str, frozenset[str]] = {name: frozenset(opts) for name, opt
                     "--uid", "--gid", "--nice", "--working-directory", "--description", "--slice"),
     "flock": ("-w", "--wait", "--timeout", "-E", "--conflict-exit-code"), "proxychains": ("-f",),
     "torsocks": ("-u", "-p", "-a", "-P"), "faketime": ("-p",),
+    "ssh": ("-p", "-i", "-l", "-o", "-F", "-J", "-L", "-R", "-D", "-b", "-c", "-E", "-e", "-I", "-m", "-O", "-Q",
+            "-S", "-W", "-w", "-B"),
 }.items()}
 # Wrappers that run a text given to an option through a shell.
 TEXT_OPTIONS: dict[str, tuple[str, ...]] = {"su": ("-c", "--command", "--session-command"),

@@ -59,7 +59,7 @@ _PRODUCTION_KEYS = ("env", "environment", "stage", "tier")
 
 CLASSES: dict[str, str] = {
     "privilege": "privilege escalation: sudo, su, doas, pkexec, runuser, sg, setuid/setcap bits, user, group, "
-                 "sudoers and account (chsh, chfn, chage) changes",
+                 "sudoers and account (chsh, chfn, chage) changes, chown/chgrp to root",
     "packages": "package changes: apt/apt-get/dpkg, yum/dnf/rpm, zypper, apk, pacman, snap, pip and npm "
                 "installs, removals and upgrades",
     "services": "service and process changes: systemctl start/stop/restart/enable/..., service, reboot, "
@@ -73,7 +73,7 @@ PRODUCTION_DEFAULT: tuple[ApproveRule, ...] = ("privilege", "packages", "service
 _WRAPPERS = frozenset({"env", "nohup", "nice", "ionice", "timeout", "stdbuf", "time", "command", "exec",
                        "builtin", "xargs", "setsid", "chrt", "taskset", "flock", "watch", "unbuffer",
                        "busybox", "coproc", "chroot", "nsenter", "unshare", "firejail", "systemd-run",
-                       "faketime", "proxychains", "torsocks"})
+                       "faketime", "proxychains", "torsocks", "ssh"})
 _SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "ash", "fish", "csh", "tcsh"})
 _AWKS = frozenset({"awk", "gawk", "mawk", "nawk", "busybox-awk"})
 # Variables that make programs load or run code the text does not show, or change which program a
@@ -117,6 +117,7 @@ _SYSTEMCTL_VERBS = frozenset({"start", "stop", "restart", "reload", "try-restart
 _SERVICE_VERBS = frozenset({"start", "stop", "restart", "reload", "force-reload", "try-restart", "condrestart"})
 _POWER = frozenset({"reboot", "shutdown", "halt", "poweroff", "init", "telinit", "kill", "pkill", "killall",
                     "killall5", "rc-service", "sv", "initctl", "supervisorctl", "launchctl"})
+_TO_ROOT = re.compile(r"(?:root|0)(?:[:.]\S*)?|\S*[:.](?:root|0)")  # an owner or group of root
 _DELETERS = frozenset({"rm", "rmdir", "unlink", "shred", "srm", "wipefs", "truncate", "blkdiscard"})
 
 
@@ -321,6 +322,8 @@ def _classify(base: str, args: list[str], classes: frozenset[str]) -> Need | Non
     if "privilege" in classes:
         if base in _ESCALATE or base in _ACCOUNTS:
             return Need("privilege", f"{base!r} runs with other privileges or changes accounts")
+        if base in ("chown", "chgrp") and any(_TO_ROOT.fullmatch(a) or a.startswith("--reference") for a in args):
+            return Need("privilege", f"{base} gives a file to root")
         if base == "chmod" and any(a.startswith("--reference") for a in args):
             return Need("privilege", "chmod --reference copies a mode that may carry a setuid/setgid bit")
         if base == "chmod" and any(mode_sets_special(a) for a in args if not a.startswith("--")):

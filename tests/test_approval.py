@@ -167,7 +167,7 @@ def test_any_option_of_a_wrapper_before_a_deletion_asks(data: st.DataObject) -> 
     options = data.draw(st.lists(st.one_of(st.sampled_from(sorted(_VALUE_OPTIONS[wrapper])),
                                            st.from_regex(r"-[a-zA-Z]|--[a-z]{2,8}", fullmatch=True)), max_size=3))
     parts = [wrapper]
-    if wrapper in ("flock", "chroot", "faketime"):
+    if wrapper in ("flock", "chroot", "faketime", "ssh"):
         parts.append("/tmp/own")
     for option in options:
         parts += [option, data.draw(st.sampled_from(["x", "root", "5", "L"]))]
@@ -391,11 +391,12 @@ def test_literals_carrying_a_command_substitution_ask(command: str) -> None:
 
 @pytest.mark.parametrize("command", [
     "sg adm -c 'rm -f F'", "sg adm 'rm -f F'", "sg adm -c x rm -f F", "flock /tmp/l -c x rm -f F",
-    "chsh -s /bin/sh", "chfn -f x", "chage -M 9 u", "newgrp adm",
+    "chsh -s /bin/sh", "chfn -f x", "chage -M 9 u", "newgrp adm", "chown root F", "chown 0:0 F", "chgrp root F",
+    "chown :root F", "ssh -p 22 h rm -f F", "ssh h 'rm -f F'",
 ])
 def test_sg_runs_its_command_and_account_changes_ask(command: str) -> None:
     assert approval_needed(command, ATTACKED) is not None, command
-    if command.startswith("sg"):
+    if command.startswith(("sg", "ssh")):
         need = approval_needed(command, DELETIONS)
         assert need is not None and need.rule == "deletions", need
 
