@@ -1,8 +1,10 @@
 """Where a command writes, for approval's ``writes_outside`` rule: pure functions over words, no I/O.
 
 Reads the targets of redirections and of programs that write files (``cp``/``mv`` targets and
-``-t DIR``, ``tee``, ``sed -i`` and sed's ``w``, ``dd of=``, ``curl -o``, ...), and links made from
-under an allowed path to outside it (``ln``, ``cp -s``/``-l``), since writes through such a link
+``-t DIR``, ``tee``, ``sed -i`` and sed's ``w``, ``dd of=``, ``curl -o``, editors such as ``ed``,
+``uniq``/``xxd``/``split``/``csplit`` outputs, ``find -fprint``, ``sqlite3``'s database, ``ssh-keygen -f``;
+``mv`` writes where its sources were too), and links made from
+under an allowed path to outside it (``ln``, ``link``, ``cp -s``/``-l``), since writes through such a link
 land outside. Paths are read as written: what this module must never claim is to know the host's
 file system (a link that already exists is not seen), nor treat a relative or expanded path as
 inside (where it lands depends on the shell's state).
@@ -18,7 +20,12 @@ from remote_bash._programs import sed_effects
 __all__ = ["OUTPUT_REDIRECTS", "inside", "writes_outside"]
 
 _WRITERS = frozenset({"cp", "mv", "install", "ln", "rsync", "touch", "mkdir", "tee", "truncate", "chmod", "chown",
-                      "chgrp", "sed", "patch", "tar", "unzip", "rm", "rmdir", "unlink", "shred", "dd"})
+                      "chgrp", "sed", "patch", "tar", "unzip", "rm", "rmdir", "unlink", "shred", "dd", "link", "ed",
+                      "ex", "red", "vi", "vim", "nvim", "nano", "emacs", "fallocate"})
+# Options that take a value, for programs whose output file is a later operand.
+_VALUED = {"uniq": ("-f", "-s", "-w"), "xxd": ("-c", "-g", "-l", "-o", "-s", "-n", "-cols", "-len", "-seek"),
+           "split": ("-a", "-b", "-C", "-l", "-n", "-t"), "sqlite3": ("-cmd", "-init", "-separator", "-newline",
+                                                                      "-nullvalue", "-A")}
 OUTPUT_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&"})
 
 
@@ -37,11 +44,11 @@ def writes_outside(base: str, words: list[tuple[str, bool]], allowed: list[str])
         targets = operands[1:] if any(w.startswith("-i") or w == "--in-place" for w, _ in words) else []
         targets += [(f, True) for f in sed_effects([w for w, _ in words])[1]]
     elif base in {"cp", "mv", "install", "ln"} and (named_dir := _target_directory(words)) is not None:
-        targets = [named_dir]
+        targets = [named_dir] + (operands if base == "mv" else [])  # mv also removes its sources
         if _links(base, words):
             return _links_out(base, operands, named_dir, allowed)
-    elif base in {"cp", "mv", "install", "ln", "rsync"}:
-        targets = operands[-1:]
+    elif base in {"cp", "mv", "install", "ln", "rsync", "link"}:
+        targets = operands if base == "mv" else operands[-1:]
         if _links(base, words):
             why = _links_out(base, operands[:-1] if len(operands) > 1 else operands,
                              operands[-1] if len(operands) > 1 else (".", True), allowed)
@@ -95,6 +102,22 @@ def _option_targets(base: str, words: list[tuple[str, bool]]) -> list[tuple[str,
     """Where programs that write to a file named by an option (or to the current directory) write;
     None for programs that are not such writers."""
     values = [w for w, _ in words]
+    if base in _VALUED:
+        skipped = {i + 1 for i, w in enumerate(values) if w in _VALUED[base]}
+        operands = [words[i] for i, w in enumerate(values)
+                    if i not in skipped and (w == "-" or not w.startswith("-"))]
+        return operands[1:2] if base != "sqlite3" else operands[:1]
+    if base == "find":
+        return [words[i + 1] for i, w in enumerate(values[:-1]) if w in ("-fprint", "-fprint0", "-fprintf", "-fls")]
+    if base == "csplit":
+        found = [words[i + 1] for i, w in enumerate(values[:-1]) if w in ("-f", "--prefix")]
+        found += [(w.split("=", 1)[1], lit) for w, lit in words if w.startswith("--prefix=")]
+        return found or [(".", True)]
+    if base == "ssh-keygen":
+        if any(re.fullmatch(r"-[a-zA-Z]*[lyeiFQBD][a-zA-Z]*", w) for w in values):
+            return []  # prints a key, a fingerprint or a known_hosts line
+        found = [words[i + 1] for i, w in enumerate(values[:-1]) if w == "-f"]
+        return found or [("~/.ssh", True)]
     if base in ("curl", "wget", "sort"):
         flags = {"curl": ("-o", "--output"), "wget": ("-O", "--output-document"), "sort": ("-o", "--output")}[base]
         cluster = re.compile(r"-[A-Za-z]*" + flags[0][1])  # -so, -sSLo: the last short flag takes the value
@@ -121,5 +144,5 @@ def inside(target: str, literal: bool, allowed: list[str]) -> bool:
 
 def _links(base: str, words: list[tuple[str, bool]]) -> bool:
     """``ln``, or ``cp -s``/``cp -l``, which make links as ln does."""
-    return base == "ln" or (base == "cp" and any(
+    return base in ("ln", "link") or (base == "cp" and any(
         w in ("--link", "--symbolic-link") or re.fullmatch(r"-[a-zA-Z]*[sl][a-zA-Z]*", w) for w, _ in words))

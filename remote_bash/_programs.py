@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["TEXT_OPTIONS", "awk_runs", "git_runs", "inline_program", "mode_sets_special", "sed_effects",
+__all__ = ["TEXT_OPTIONS", "awk_programs", "awk_runs", "git_runs", "inline_program", "mode_sets_special", "sed_effects",
            "wrapper_starts"]
 
 # Wrappers whose first operand is theirs (a lock file, a directory, a time), not the command's name.
-_OWN_OPERAND = frozenset({"flock", "chroot", "faketime"})
+_OWN_OPERAND = frozenset({"flock", "chroot", "faketime", "sg", "ssh"})
 # How many ways a wrapper's options may be read before it asks instead (each is read in full).
 _MAX_READINGS = 8
 # Wrappers whose leading numbers are theirs (a duration, a priority, a CPU list).
@@ -40,11 +40,13 @@ _VALUE_OPTIONS: dict[str, frozenset[str]] = {name: frozenset(opts) for name, opt
                     "--uid", "--gid", "--nice", "--working-directory", "--description", "--slice"),
     "flock": ("-w", "--wait", "--timeout", "-E", "--conflict-exit-code"), "proxychains": ("-f",),
     "torsocks": ("-u", "-p", "-a", "-P"), "faketime": ("-p",),
+    "ssh": ("-p", "-i", "-l", "-o", "-F", "-J", "-L", "-R", "-D", "-b", "-c", "-E", "-e", "-I", "-m", "-O", "-Q",
+            "-S", "-W", "-w", "-B"),
 }.items()}
 # Wrappers that run a text given to an option through a shell.
 TEXT_OPTIONS: dict[str, tuple[str, ...]] = {"su": ("-c", "--command", "--session-command"),
                                              "runuser": ("-c", "--command", "--session-command"),
-                                             "flock": ("-c", "--command")}
+                                             "flock": ("-c", "--command"), "sg": ("-c",)}
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?\+?=")
 
 _CLAUSE = re.compile(r"[ugoa]*((?:[-+=](?:[rwxXst]*|[ugo]|[0-7]+))+)")
@@ -284,15 +286,15 @@ def git_runs(words: list[str]) -> str | None:
     return None
 
 
-def awk_runs(base: str, words: list[str]) -> str | None:
-    """Why awk's program may write, pipe or run something (or cannot be read), or None: it reads."""
+def awk_programs(words: list[str]) -> list[int] | None:
+    """Where awk's program texts are in its arguments; None when it reads one from a file or library."""
     programs, i = [], 0
     while i < len(words):
         word = words[i]
         if word in ("-f", "-i", "-l") or word.startswith(("--file", "--include", "--load", "-f", "-i", "-l")):
-            return f"{base} runs a program from a file or a loaded library, which the text does not show"
+            return None
         if word in ("-e", "--source"):
-            programs.append(words[i + 1] if i + 1 < len(words) else "")
+            programs += [i + 1] if i + 1 < len(words) else []
             i += 2
         elif word in ("-v", "-F", "--assign", "--field-separator"):
             i += 2
@@ -300,8 +302,17 @@ def awk_runs(base: str, words: list[str]) -> str | None:
             i += 1
         else:
             if not programs:
-                programs.append(word)
+                programs.append(i)
             break
+    return programs
+
+
+def awk_runs(base: str, words: list[str]) -> str | None:
+    """Why awk's program may write, pipe or run something (or cannot be read), or None: it reads."""
+    found = awk_programs(words)
+    if found is None:
+        return f"{base} runs a program from a file or a loaded library, which the text does not show"
+    programs = [words[i] for i in found]
     if any(re.search(r"system|getline|close|fflush|[>|]|@load|@include", p) for p in programs):
         return f"{base}'s program can write files or run commands, which the text does not show"
     return None

@@ -8,10 +8,13 @@ class, and the rest ask for nothing.
 
 Like the command policy this is a guard rail over the command's text: it reads what the text
 would run (through wrappers such as ``sudo``, ``env``, ``nohup``, ``bash -c``, ``eval`` of plain
-literals, ``trap`` and ``alias`` texts, ``find -exec``), and when the text runs code it cannot read
+literals, ``trap`` texts, ``find -exec``, ``mapfile -C``), and when the text runs code it cannot read
 it asks: an unreadable command, a command name or ``eval`` text known only after expansion, a
 script (``source``, ``bash FILE``, a shell or interpreter reading its input), an inline program,
 a variable that makes programs load or run other code (``LD_PRELOAD``, ``PATH``, ``BASH_ENV``, ...).
+Since the shell persists between calls, it also asks when the text changes what a later command
+runs (``hash -p``, ``BASH_CMDS``, aliases, ``enable``, any function definition) and when quoted
+text holds ``$(`` or a backquote, which bash runs if the value is later used in arithmetic.
 It cannot see what a script or an allowed program does once it runs, nor the host's file system
 (a symbolic link that already leads out of an allowed path). Asking, and recording the answer, is the
 caller's job: this module only decides whether to ask, and remembers time-limited grants.
@@ -28,6 +31,7 @@ from typing import Literal
 from remote_bash._approval_writes import OUTPUT_REDIRECTS, inside, writes_outside
 from remote_bash._programs import (
     TEXT_OPTIONS,
+    awk_programs,
     awk_runs,
     git_runs,
     inline_program,
@@ -35,6 +39,7 @@ from remote_bash._programs import (
     sed_effects,
     wrapper_starts,
 )
+from remote_bash._shell_state import LATER, LOOKUP_VARIABLES, carries_substitution, lookup_change, text_options
 from remote_bash.models import ApproveRule, Host, RegexApproveRule, WritesOutsideRule
 from remote_bash.policy import simple_commands
 
@@ -53,14 +58,14 @@ _PRODUCTION_VALUES = frozenset({"prod", "production"})
 _PRODUCTION_KEYS = ("env", "environment", "stage", "tier")
 
 CLASSES: dict[str, str] = {
-    "privilege": "privilege escalation: sudo, su, doas, pkexec, runuser, setuid/setcap bits, user, group and "
-                 "sudoers changes",
+    "privilege": "privilege escalation: sudo, su, doas, pkexec, runuser, sg, setuid/setcap bits, user, group, "
+                 "sudoers and account (chsh, chfn, chage) changes, chown/chgrp to root",
     "packages": "package changes: apt/apt-get/dpkg, yum/dnf/rpm, zypper, apk, pacman, snap, pip and npm "
                 "installs, removals and upgrades",
     "services": "service and process changes: systemctl start/stop/restart/enable/..., service, reboot, "
                 "shutdown, kill, pkill, killall",
     "deletions": "deletions: rm, rmdir, unlink, shred, truncate, wipefs, mkfs, dd of=, find -delete, "
-                 "git clean",
+                 "git clean, mv, fallocate -p/-c/-z, '> FILE' with nothing written",
 }
 PRODUCTION_DEFAULT: tuple[ApproveRule, ...] = ("privilege", "packages", "services", "deletions")
 
@@ -68,7 +73,7 @@ PRODUCTION_DEFAULT: tuple[ApproveRule, ...] = ("privilege", "packages", "service
 _WRAPPERS = frozenset({"env", "nohup", "nice", "ionice", "timeout", "stdbuf", "time", "command", "exec",
                        "builtin", "xargs", "setsid", "chrt", "taskset", "flock", "watch", "unbuffer",
                        "busybox", "coproc", "chroot", "nsenter", "unshare", "firejail", "systemd-run",
-                       "faketime", "proxychains", "torsocks"})
+                       "faketime", "proxychains", "torsocks", "ssh"})
 _SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "ash", "fish", "csh", "tcsh"})
 _AWKS = frozenset({"awk", "gawk", "mawk", "nawk", "busybox-awk"})
 # Variables that make programs load or run code the text does not show, or change which program a
@@ -82,9 +87,10 @@ _CODE_VARIABLES = re.compile(
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?\+?=")
 _DECLARERS = frozenset({"export", "declare", "typeset", "readonly", "local"})
 _PACKAGE_MODULES = frozenset({"pip", "pip3", "ensurepip"})
-_ESCALATE = frozenset({"sudo", "su", "doas", "pkexec", "runuser", "setpriv", "sudoedit", "machinectl"})
+_ESCALATE = frozenset({"sudo", "su", "doas", "pkexec", "runuser", "setpriv", "sudoedit", "machinectl", "sg"})
 _ACCOUNTS = frozenset({"useradd", "userdel", "usermod", "adduser", "deluser", "groupadd", "groupdel",
-                       "groupmod", "gpasswd", "passwd", "chpasswd", "visudo", "setcap", "newgrp"})
+                       "groupmod", "gpasswd", "passwd", "chpasswd", "visudo", "setcap", "newgrp", "chsh", "chfn",
+                       "chage"})
 _PACKAGE_VERBS: dict[str, frozenset[str]] = {
     "apt": frozenset({"install", "remove", "purge", "upgrade", "full-upgrade", "dist-upgrade", "autoremove",
                       "reinstall", "build-dep", "autopurge"}),
@@ -111,6 +117,7 @@ _SYSTEMCTL_VERBS = frozenset({"start", "stop", "restart", "reload", "try-restart
 _SERVICE_VERBS = frozenset({"start", "stop", "restart", "reload", "force-reload", "try-restart", "condrestart"})
 _POWER = frozenset({"reboot", "shutdown", "halt", "poweroff", "init", "telinit", "kill", "pkill", "killall",
                     "killall5", "rc-service", "sv", "initctl", "supervisorctl", "launchctl"})
+_TO_ROOT = re.compile(r"(?:root|0)(?:[:.]\S*)?|\S*[:.](?:root|0)")  # an owner or group of root
 _DELETERS = frozenset({"rm", "rmdir", "unlink", "shred", "srm", "wipefs", "truncate", "blkdiscard"})
 
 
@@ -174,6 +181,13 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
     parsed = simple_commands(command)
     if parsed is None:
         return Need("unreadable", "the command could not be read, so what it would change cannot be told")
+    need = _state_change(parsed.functions, parsed.data)
+    if need is not None:
+        return need
+    if "deletions" in classes:
+        emptied = [t for t in parsed.truncated if not t.startswith("/dev/")]
+        if emptied:
+            return Need("deletions", f"'>' onto {emptied[0]!r} with nothing written empties the file")
     queue = [words for words in parsed.commands]
     # Bounded in commands read, and in words queued and characters read again (a wrapper read two
     # ways queues a command more than once; eval of eval reads its text again), both linear in the
@@ -183,7 +197,10 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
     for _ in range(4 * len(command) + 16):
         if not queue:
             break
-        assigned, words = _skip_assignments(queue.pop(0))
+        command_words = queue.pop(0)
+        if any(carries_substitution(w) for w in _data_words(command_words)):
+            return _CARRIES
+        assigned, words = _skip_assignments(command_words)
         need = _risky_assignment(assigned)
         if need is not None:
             return need
@@ -198,6 +215,9 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
         need = _classify(base, args, classes)
         if need is not None:
             return need
+        why = lookup_change(base, args)
+        if why is not None:
+            return Need("lookup", why)
         if allowed_paths is not None:
             why = writes_outside(base, words[1:], allowed_paths)
             if why is not None:
@@ -211,11 +231,38 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
         queue.extend(inner)
     if queue:
         return Need("unreadable", "the command holds more commands than are read here")
+    if any(carries_substitution(target) for _, target, _ in redirects):
+        return _CARRIES
     if allowed_paths is not None:
         for op, target, literal in redirects:
             if op in OUTPUT_REDIRECTS and not inside(target, literal, allowed_paths):
                 return Need("writes_outside", f"it writes to {target!r}, outside {', '.join(allowed_paths)}")
     return None
+
+
+_CARRIES = Need("substitution-data", "quoted text holds '$(' or '`': bash runs it if the value is ever used in "
+                                    "arithmetic (an array subscript) or expanded as a prompt, so it may run later")
+
+
+def _state_change(functions: list[str], data: list[str]) -> Need | None:
+    """A function definition (it may take any command's name), or data that may run later."""
+    if functions:
+        return Need("lookup", f"it defines the function {functions[0]!r}, which {LATER} (a function may take "
+                              "the name of any command)")
+    if any(carries_substitution(text) for text in data):
+        return _CARRIES
+    return None
+
+
+def _data_words(words: list[tuple[str, bool]]) -> list[str]:
+    """A command's words that may become shell data: all but an awk program's text, whose ``$(NF)``
+    is awk's (awk can spell any text from escapes anyway, so skipping it hides nothing new)."""
+    _, rest = _skip_assignments(words)
+    if rest and rest[0][1] and rest[0][0].rsplit("/", 1)[-1] in _AWKS:
+        start = len(words) - len(rest) + 1  # where awk's arguments begin
+        skipped = {start + i for i in awk_programs([w for w, _ in rest[1:]]) or []}
+        return [w for i, (w, _) in enumerate(words) if i not in skipped]
+    return [w for w, _ in words]
 
 
 @dataclass
@@ -245,8 +292,10 @@ def _skip_assignments(words: list[tuple[str, bool]]) -> tuple[list[str], list[tu
 def _risky_assignment(assigned: list[str]) -> Need | None:
     """Whether setting these (``NAME`` or ``NAME=value`` words) may change what runs."""
     for word in assigned:
-        name, equals, value = re.split(r"(?:\[[^\]]*\])?(\+?=)", word, maxsplit=1)[0], "=" in word, \
-            word.split("=", 1)[-1]
+        named = re.match(r"[A-Za-z_][A-Za-z0-9_]*", word)
+        name, equals, value = named.group(0) if named else word, "=" in word, word.split("=", 1)[-1]
+        if name in LOOKUP_VARIABLES:
+            return Need("lookup", f"it sets {name}, which {LATER}")
         if equals and value in ("", "cat") and name.endswith("PAGER"):
             continue  # no pager, or cat: the commonest way to keep output plain, and it runs nothing else
         if _CODE_VARIABLES.fullmatch(name):
@@ -273,6 +322,8 @@ def _classify(base: str, args: list[str], classes: frozenset[str]) -> Need | Non
     if "privilege" in classes:
         if base in _ESCALATE or base in _ACCOUNTS:
             return Need("privilege", f"{base!r} runs with other privileges or changes accounts")
+        if base in ("chown", "chgrp") and any(_TO_ROOT.fullmatch(a) or a.startswith("--reference") for a in args):
+            return Need("privilege", f"{base} gives a file to root")
         if base == "chmod" and any(a.startswith("--reference") for a in args):
             return Need("privilege", "chmod --reference copies a mode that may carry a setuid/setgid bit")
         if base == "chmod" and any(mode_sets_special(a) for a in args if not a.startswith("--")):
@@ -322,8 +373,12 @@ def _classify(base: str, args: list[str], classes: frozenset[str]) -> Need | Non
             return Need("deletions", "git clean deletes untracked files")
         if base == "rsync" and any(a.startswith("--delete") for a in args):
             return Need("deletions", "rsync --delete deletes files")
-        if base == "mv" and args and args[-1] == "/dev/null":
-            return Need("deletions", "mv onto /dev/null throws a file away")
+        if base == "mv":
+            # mv removes its sources from where they were and replaces what the target held.
+            return Need("deletions", "mv removes a file from where it was and replaces what its target held")
+        if base == "fallocate" and any(a in ("--punch-hole", "--collapse-range", "--zero-range")
+                                       or re.fullmatch(r"-[a-zA-Z]*[pcz][a-zA-Z]*", a) for a in args):
+            return Need("deletions", "fallocate punches, collapses or zeroes a range, deleting the data in it")
     return None
 
 
@@ -380,8 +435,15 @@ def _inner_command(base: str, words: list[tuple[str, bool]],
         need = _risky_assignment(names)
         if need is not None or base in _DECLARERS:
             return need or []
+    options = text_options(base, words)
+    for letter, value in options:
+        if letter == "F":
+            return Need("unreadable", f"{base} -F runs a shell function, whose body the text does not show")
+        read = _read_text(f"{base} -{letter}", reading, value)
+        if isinstance(read, Need) or read:
+            return read
     if base in ("printf", "read", "mapfile", "readarray", "getopts"):
-        need = _risky_assignment([w for w in values if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", w)])
+        need = _risky_assignment([w for w in values if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\[[^\]]*\])?", w)])
         return need or []
     if base == "sed":
         runs, _ = sed_effects(values)
@@ -421,7 +483,9 @@ def _wrapped(base: str, words: list[tuple[str, bool]],
     texts = TEXT_OPTIONS.get(base, ())
     for i, (word, literal) in enumerate(words):
         if word in texts and i + 1 < len(words):
-            return _read_text(f"{base} {word}", reading, words[i + 1])
+            text = _read_text(f"{base} {word}", reading, words[i + 1])
+            # Words after the text are read as a command too, whatever the wrapper makes of them.
+            return text if isinstance(text, Need) or i + 2 >= len(words) else [*text, words[i + 2:]]
         if any(word.startswith(f + "=") for f in texts if f.startswith("--")):
             return _read_text(base, reading, (word.split("=", 1)[1], literal))
     starts, assigned = wrapper_starts(base, [w for w, _ in words])
@@ -454,6 +518,9 @@ def _read_text(what: str, reading: _Reading,
     inner = simple_commands(text)
     if inner is None:
         return Need("unreadable", f"the text given to {what} could not be read")
+    need = _state_change(inner.functions, inner.data)
+    if need is not None:
+        return need
     reading.redirects += inner.redirects
     return inner.commands
 

@@ -25,7 +25,15 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
+from remote_bash._programs import awk_programs
 from remote_bash._regex import LinearPattern, PatternError, compile_linear
+from remote_bash._shell_state import (
+    LOOKUP_VARIABLES,
+    carries_substitution,
+    decode_ansi_c,
+    lookup_change,
+    text_options,
+)
 from remote_bash.models import CommandPolicy
 
 __all__ = ["PolicyDecision", "SimpleCommands", "check_command", "deny_pattern", "host_in_allowlist",
@@ -47,6 +55,8 @@ _TRANSPARENT = frozenset({"if", "then", "else", "elif", "fi", "do", "done", "whi
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^\]]*\])?\+?=")
 _FD = re.compile(r"[0-9]+|\{[A-Za-z_][A-Za-z0-9_]*\}")
 _PLAIN_GLOB_WORDS = frozenset({"[", "[[", "{"})
+# Commands that write nothing: a '>' onto a file with one of these only empties it.
+_SILENT: tuple[list[str], ...] = ([], [":"], ["true"], ["false"], ["cat", "/dev/null"], ["echo", "-n"], ["printf", ""])
 _OPERATOR_NAMES = {
     "newline": "a newline between commands",
     "$(": "command substitution '$(...)'",
@@ -118,8 +128,14 @@ def check_command(command: str, policy: CommandPolicy) -> PolicyDecision:
             "send one simple command per call"
         )
         return PolicyDecision(False, f"allow_operators: {op}", reason)
+    refused = _shell_state_refusal(parsed)
+    if refused is not None:
+        return PolicyDecision(False, "allow", f"{refused} {listing}")
     for words in parsed.commands:
         for assigned in _assignments(words):
+            if assigned in LOOKUP_VARIABLES:
+                reason = f"the assignment {assigned}=... changes what later commands run {listing}"
+                return PolicyDecision(False, "allow", reason)
             if assigned not in variables:
                 reason = (
                     f"the assignment {assigned}=... is not allowed on this host: a variable can change what "
@@ -159,6 +175,13 @@ class SimpleCommands:
     each with whether it is literal (no expansion, glob or brace could change it)."""
     redirects: list[tuple[str, str, bool]]
     """Redirections: the operator, the target after quote removal, and whether it is literal."""
+    functions: list[str] = field(default_factory=list)
+    """The names of the functions the text defines."""
+    truncated: list[str] = field(default_factory=list)
+    """Targets of ``>`` on a command that writes nothing (``: > f``, ``> f``): emptied, not written."""
+    data: list[str] = field(default_factory=list)
+    """Quoted text that is no word of a command: quoted here-document bodies, and ``$'...'``
+    strings as the characters they spell."""
 
 
 def simple_commands(command: str) -> SimpleCommands | None:
@@ -170,7 +193,52 @@ def simple_commands(command: str) -> SimpleCommands | None:
     return SimpleCommands(
         commands=[[(w.value, w.literal) for w in words] for words in parsed.commands],
         redirects=[(op, w.value, w.literal) for op, w in parsed.redirects],
+        functions=parsed.functions,
+        truncated=parsed.truncated,
+        data=parsed.data,
     )
+
+
+def _shell_state_refusal(parsed: _Parsed) -> str | None:
+    """Why the text is refused whatever the allowlist lists: it defines a function (which would
+    shadow a listed name with unlisted behaviour), changes what later command names run, makes a
+    builtin run text, or holds data that bash may later run (see ``_shell_state``)."""
+    if parsed.functions:
+        return (f"defining the function {parsed.functions[0]!r} is not allowed with an allowlist: a function "
+                "changes what later commands run, and one named like a listed command would run unlisted ones")
+    texts = [t for words in parsed.commands for t in _data_words(words)] + [w.value for _, w in parsed.redirects]
+    if any(carries_substitution(t) for t in texts + parsed.data):
+        return ("quoted text holds '$(' or '`': bash runs it if the value is ever used in arithmetic or as a "
+                "prompt, so it is not allowed with an allowlist")
+    for words in parsed.commands:
+        name = _command_name(words)
+        if name is None:
+            continue
+        rest = words[words.index(name) + 1:]
+        while name.value in ("builtin", "command") and rest:
+            name, rest = rest[0], rest[1:]
+        values = [w.value for w in rest]
+        why = lookup_change(name.value, values)
+        if why is not None:
+            return f"{why}, so it is not allowed with an allowlist"
+        for letter, _ in text_options(name.value, [(w.value, w.literal) for w in rest]):
+            return f"{name.value} -{letter} runs a command or function, so it is not allowed with an allowlist"
+        if name.value in ("read", "printf", "mapfile", "readarray", "declare", "typeset", "local", "export",
+                          "readonly") and any(re.split(r"[^A-Za-z0-9_]", v, maxsplit=1)[0] in LOOKUP_VARIABLES
+                                      for v in values):
+            return f"{name.value} sets a variable that changes what later commands run"
+    return None
+
+
+def _data_words(words: list[_Word]) -> list[str]:
+    """A command's words that may become shell data: all but an awk program's text (its ``$(NF)``
+    is awk's, and awk can spell any text from escapes anyway)."""
+    name = _command_name(words)
+    if name is None or not name.literal or name.value not in ("awk", "gawk", "mawk", "nawk"):
+        return [w.value for w in words]
+    start = words.index(name) + 1
+    skipped = {start + i for i in awk_programs([w.value for w in words[start:]]) or []}
+    return [w.value for i, w in enumerate(words) if i not in skipped]
 
 
 def _allow_entries(entries: list[str]) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
@@ -234,6 +302,12 @@ class _Parsed:
     """``((`` openings that turned out to be subshells and were read again (bounded)."""
     redirects: list[tuple[str, _Word]] = field(default_factory=list)
     """Output and input redirections with their targets (``>``, ``file``), here-documents left out."""
+    functions: list[str] = field(default_factory=list)
+    """Names given a function definition (``name () ...``, ``function name ...``)."""
+    data: list[str] = field(default_factory=list)
+    """Quoted here-document bodies, and ``$'...'`` strings decoded."""
+    truncated: list[str] = field(default_factory=list)
+    """Targets of ``>`` given to a command that writes nothing to them."""
 
 
 def _parse(text: str) -> _Parsed:
@@ -284,6 +358,8 @@ class _Parser:
                 self.pos += 1
                 break
             elif char == "(":
+                if words and text[self.pos + 1 :].lstrip(" \t").startswith(")"):
+                    self.out.functions.append(words[-1].value)  # name () compound-command
                 words = self._end(words)
                 if text.startswith("((", self.pos):
                     self._arithmetic(len("(("))
@@ -325,6 +401,8 @@ class _Parser:
                         self.heredoc_op = None
                     else:
                         self.out.redirects.append((self.redirect_op, word))
+                        if self.redirect_op in (">", ">|", "&>") and [w.value for w in words] in _SILENT:
+                            self.out.truncated.append(word.value)
                 elif not (_FD.fullmatch(word.raw) and text.startswith(("<", ">"), self.pos)):
                     words = self._add(words, word)
         self._end(words)
@@ -339,6 +417,8 @@ class _Parser:
         return words
 
     def _end(self, words: list[_Word]) -> list[_Word]:
+        if len(words) > 1 and words[0].literal and words[0].raw == "function":
+            self.out.functions.append(words[1].value)
         if words:
             self.out.commands.append(words)
         return []
@@ -388,6 +468,8 @@ class _Parser:
                 body_end = len(text)  # bash accepts a here-document ended by the end of input
             if expands:
                 _Parser(text[start:body_end], self.out, self.depth + 1)._dquoted([], closing=False)
+            else:
+                self.out.data.append(text[start:body_end])
         self.heredocs = []
 
     def _word(self) -> _Word:
@@ -485,10 +567,12 @@ class _Parser:
             self._braced(in_dquotes=quoted)
         elif after == "'" and not quoted:  # $'...' may spell any name with escapes
             self.pos += 2
+            begin = self.pos
             while not text.startswith("'", self.pos):
                 if self.pos >= len(text):
                     raise _ParseError("a $' quote is never closed")
                 self.pos += 2 if text[self.pos] == "\\" else 1
+            self.out.data.append(decode_ansi_c(text[begin : self.pos]))
             self.pos += 1
         elif after == '"' and not quoted:
             self.pos += 2

@@ -167,7 +167,7 @@ def test_any_option_of_a_wrapper_before_a_deletion_asks(data: st.DataObject) -> 
     options = data.draw(st.lists(st.one_of(st.sampled_from(sorted(_VALUE_OPTIONS[wrapper])),
                                            st.from_regex(r"-[a-zA-Z]|--[a-z]{2,8}", fullmatch=True)), max_size=3))
     parts = [wrapper]
-    if wrapper in ("flock", "chroot", "faketime"):
+    if wrapper in ("flock", "chroot", "faketime", "ssh"):
         parts.append("/tmp/own")
     for option in options:
         parts += [option, data.draw(st.sampled_from(["x", "root", "5", "L"]))]
@@ -348,3 +348,130 @@ def test_fleet_run_without_a_terminal_refuses_and_no_approve_runs(prod_env: dict
     assert "ran" in str(server.tool_results(-1)[0]["content"]), out.stderr
     records = [json.loads(line) for line in (tmp_path / "audit" / "prod-1.jsonl").read_text().splitlines()]
     assert [r["how"] for r in records if r["event"] == "approval.answered"] == ["unavailable", "all"]
+
+
+@pytest.mark.parametrize("command", [
+    # shell state that persists between calls and changes what a later command runs
+    "hash -p /bin/rm ls", "hash -lp /bin/rm ls", "BASH_CMDS[ls]=/bin/rm", "BASH_ALIASES[ls]='rm -f'",
+    "declare BASH_CMDS[ls]=/bin/rm", "read 'BASH_CMDS[ls]' <<< /bin/rm", "shopt -s expand_aliases",
+    "shopt -qs extglob expand_aliases", "enable -n echo", "enable -nf x.so y", "alias ll='ls -l'",
+    "ls() { echo hi; }", "function ls { echo hi; }", "function ls() { echo hi; }", "f () { :; }; f",
+    "EXECIGNORE=/usr/bin/ls", "set -k", "set -o keyword", "eval 'ls() { :; }'", "command hash -p /bin/rm ls",
+    "declare -n r=BASH_CMDS",
+])
+def test_changes_to_command_lookup_ask(command: str) -> None:
+    for host in (ATTACKED, DELETIONS):
+        need = approval_needed(command, host)
+        assert need is not None, command
+    need = approval_needed(command, DELETIONS)
+    assert need is not None and ("later commands" in need.reason or "changes what" in need.reason), need
+
+
+@pytest.mark.parametrize("command", [
+    # builtins that run a text they are given
+    "mapfile -C 'rm -f F #' -c 1 < /etc/hostname", "readarray -tC 'rm -f F #' < x", "mapfile -c1 -C'rm F' < x",
+    "compgen -C 'rm -f F' x", "compgen -F f x", "complete -C 'rm -f F' x", "complete -F f x", "bind -x '\"a\":rm F'",
+    "fc -e rm", "fc -s", "mapfile -C \"$X\" < x",
+])
+def test_builtins_that_run_text_ask(command: str) -> None:
+    assert approval_needed(command, DELETIONS) is not None, command
+
+
+@pytest.mark.parametrize("command", [
+    # a literal holding a command substitution is data bash may later evaluate in arithmetic
+    "x='a[$(rm -f F)]'; echo $((x))", "let 'a[$(rm -f F)]=1'", "[[ -v 'a[$(rm -f F)]' ]]",
+    "read -r y <<< 'a[$(rm -f F)]'; echo $((y))", "printf -v z %s 'a[$(rm -f F)]'; : $((z))",
+    "x='a[`rm -f F`]'", "x=\"a[\\$(rm -f F)]\"", "awk 1 'a[$(rm F)]'", "z='$(rm F)'; echo ${z@P}",
+    "x=$'a[\\x24(rm -f F)]'", "read y <<'E'\na[$(rm F)]\nE",
+])
+def test_literals_carrying_a_command_substitution_ask(command: str) -> None:
+    need = approval_needed(command, DELETIONS)
+    assert need is not None, command
+
+
+@pytest.mark.parametrize("command", [
+    "sg adm -c 'rm -f F'", "sg adm 'rm -f F'", "sg adm -c x rm -f F", "flock /tmp/l -c x rm -f F",
+    "chsh -s /bin/sh", "chfn -f x", "chage -M 9 u", "newgrp adm", "chown root F", "chown 0:0 F", "chgrp root F",
+    "chown :root F", "ssh -p 22 h rm -f F", "ssh h 'rm -f F'",
+])
+def test_sg_runs_its_command_and_account_changes_ask(command: str) -> None:
+    assert approval_needed(command, ATTACKED) is not None, command
+    if command.startswith(("sg", "ssh")):
+        need = approval_needed(command, DELETIONS)
+        assert need is not None and need.rule == "deletions", need
+
+
+WRITES = Host(name="w", hostname="127.0.0.1", approve=[{"writes_outside": ["/tmp", "/home/u/ok"]}])
+
+
+@pytest.mark.parametrize("command", [
+    "link /home/u/.bashrc /tmp/hl", "link /tmp/a /home/u/b", "ed -s /home/u/.profile <<< w", "ex -sc wq /home/u/f",
+    "uniq /tmp/in /home/u/out", "xxd -r - /home/u/x", "find /tmp -fprint /home/u/fp", "find /tmp -fls /home/u/f",
+    "find /tmp -fprintf /home/u/f %p", "split -b 10 /tmp/F /home/u/sp", "sqlite3 /home/u/db 'select 1'",
+    "ssh-keygen -f /home/u/kk -N ''", "csplit -f /home/u/x /tmp/F 3", "tee /home/u/t", "dd if=/tmp/a of=/home/u/b",
+    "cp /tmp/a /home/u/b", "install /tmp/a /home/u/b", "mv /home/u/x /tmp/",
+])
+def test_more_writers_are_read(command: str) -> None:
+    need = approval_needed(command, WRITES)
+    assert need is not None and need.rule == "writes_outside", (command, need)
+
+
+@pytest.mark.parametrize("command", [
+    "uniq /tmp/in /tmp/out", "xxd /etc/hosts", "find /tmp -fprint /tmp/fp", "split -b 10 /tmp/F /tmp/sp",
+    "sqlite3 /tmp/db 'select 1'", "ssh-keygen -l -f /etc/ssh/ssh_host_ed25519_key.pub", "mv /tmp/a /tmp/b",
+    "link /tmp/a /tmp/b", "uniq /etc/hosts",
+])
+def test_writers_inside_the_allowed_paths_do_not_ask(command: str) -> None:
+    assert approval_needed(command, WRITES) is None, command
+
+
+@pytest.mark.parametrize("command", [
+    ": > /home/u/ok/data", "> /home/u/ok/data", "true > /tmp/f", "fallocate -p -o 0 -l 9 F",
+    "fallocate --punch-hole -l 9 F", "fallocate -c -l 9 F", "fallocate --collapse-range -l 9 F", "mv /tmp/a /tmp/b",
+    "shred F", "unlink F", "rmdir D",
+])
+def test_deletions_cover_truncation_and_moves(command: str) -> None:
+    need = approval_needed(command, DELETIONS)
+    assert need is not None and need.rule == "deletions", (command, need)
+
+
+@pytest.mark.parametrize("command", ["echo x > /tmp/f", "ls > /tmp/f", "cat a >> /tmp/f", ": > /dev/null",
+                                     "fallocate -l 9 F", "echo '$HOME'", "x='a[1]'; echo $((x))",
+                                     "awk '{print $(NF-1)}' F", "gawk -F: -v x=1 '{print $(NF)}' F"])
+def test_deletions_leave_ordinary_writes_alone(command: str) -> None:
+    assert approval_needed(command, DELETIONS) is None, command
+
+
+@given(st.text(max_size=10), st.sampled_from(["$(", "`"]), st.text(max_size=10),
+       st.sampled_from(["echo {}", "x={}", "let {}", "read y <<< {}", "printf -v z %s {}"]))
+def test_any_quoted_command_substitution_asks(before: str, opener: str, after: str, form: str) -> None:
+    command = form.format(shlex.quote(before + opener + after))
+    need = approval_needed(command, DELETIONS)
+    assert need is not None, command
+
+
+def test_a_hash_change_is_refused_so_a_later_ls_stays_ls(prod_env: dict[str, str], server: MessagesServer,
+                                                          hosts: TestHosts, tmp_path: Path) -> None:
+    # The attack: call 1 ties `ls` to /bin/rm in the persistent shell, call 2 `ls -f F` deletes F.
+    import shutil
+    import tempfile
+    folder = Path(tempfile.mkdtemp(prefix="rb-hash-"))
+    victim = folder / "victim"
+    try:
+        victim.write_text("keep\n")
+        for path in (folder, victim):
+            shutil.chown(path, hosts.user)
+        server.add(Reply([tool_use({"command": "hash -p /bin/rm ls"}, id="toolu_h")]),
+                   Reply([tool_use({"command": f"ls -f {victim}"}, id="toolu_l")]), Reply([text("ok")]))
+        out = subprocess.run([sys.executable, "-m", "remote_bash.cli", "run", "--host", "prod-1", "x"],
+                             env=prod_env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                             stdin=subprocess.DEVNULL, start_new_session=True, check=False)
+        assert out.returncode == 0, out.stderr
+        refused, listed = server.tool_results(1)[0], server.tool_results(2)[0]
+        assert refused["is_error"] and "later commands" in str(refused["content"]), refused
+        assert str(victim) in str(listed["content"]), listed
+        assert victim.read_text() == "keep\n"
+        records = [json.loads(line) for line in (tmp_path / "audit" / "prod-1.jsonl").read_text().splitlines()]
+        assert [r["command"] for r in records if r["event"] == "exec.start"] == [f"ls -f {victim}"]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

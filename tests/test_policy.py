@@ -181,7 +181,7 @@ def test_a_listed_wrapper_allows_what_it_runs() -> None:
         ("{ ls; rm x; }", "rm"),
         ("if true; then rm x; fi", "rm"),
         ("! rm x", "rm"),
-        ("f() { rm x; }", "f"),
+        ("{ rm x; }", "rm"),
         ("ls # c\nrm x", "rm"),
         ("cat <<EOF\n$(rm x)\nEOF", "rm"),
         ("cat <<EOF\nbody\nEOF\nrm x", "rm"),
@@ -208,8 +208,8 @@ def test_every_command_is_checked_even_glued_to_operators(command: str, culprit:
         "echo a\\|rm",
         "ls # ; rm x",
         "echo a#b",
-        "echo '$(rm x)' '`rm x`'",
-        "cat <<'EOF'\n$(rm x)\n`rm y`\nEOF",
+        "echo '$HOME' 'rm x'",  # quoted '$(' or '`' is refused: see test_lookup_changes_and_text_runners_...
+        "cat <<'EOF'\n$HOME\nrm y\nEOF",
         'cat <<"EOF"\nrm x\nEOF\n',
         "cat <<EOF\nrm x; reboot\nEOF",
         "echo $((1 + 2))",
@@ -369,7 +369,7 @@ OPERATORS = [";", "&&", "||", "|", "&", "\n", " ; ", " && ", " | ", "|&"]
 simple = st.builds(
     lambda name, args: " ".join([name, *(shlex.quote(a) for a in args)]),
     st.sampled_from(ALLOWED),
-    st.lists(st.text(max_size=8), max_size=3),
+    st.lists(st.text(max_size=8).filter(lambda a: "$(" not in a and "`" not in a), max_size=3),
 )
 
 
@@ -409,7 +409,8 @@ def test_a_disallowed_command_anywhere_is_refused(commands: list[str], where: in
 @given(st.sampled_from(ALLOWED), st.lists(st.text(max_size=20), max_size=4))
 def test_quoted_arguments_never_add_commands(name: str, args: list[str]) -> None:
     text = shlex.join([name, *args])
-    assert check_command(text, SINGLE).allowed
+    carries = any("$(" in a or "`" in a for a in args)  # data bash may later evaluate: refused
+    assert check_command(text, SINGLE).allowed is not carries
 
 
 @pytest.mark.parametrize(
@@ -424,6 +425,37 @@ def test_substitution_between_single_quotes_inside_double_quoted_braces_is_seen(
     # In "${x:-'...'}" the single quotes are plain characters: bash runs what is between them.
     decision = check_command(command, CommandPolicy(allow=["echo", "ls"], allow_operators=False))
     assert not decision.allowed
+
+
+@pytest.mark.parametrize("command", [
+    "cat() { echo $(( $1 )); }", "ls () { :; }", "function cat { echo; }", "function echo() { :; }",
+    "echo x; grep() { cat; }",
+])
+def test_function_definitions_are_refused(command: str) -> None:
+    decision = check_command(command, CHAINED)
+    assert not decision.allowed and "function" in decision.reason, decision
+
+
+LISTED = CommandPolicy(allow=["cat", "ls", "echo", "awk", "hash", "shopt", "enable", "alias", "mapfile", "readarray",
+                              "compgen", "complete", "bind", "fc", "let", "set", "BASH_CMDS=", "BASH_ALIASES="])
+
+
+@pytest.mark.parametrize("command", [
+    "hash -p /bin/rm ls", "set -k", "BASH_CMDS[ls]=/bin/rm", "BASH_ALIASES[ls]='rm -f'", "shopt -s expand_aliases",
+    "enable -n echo", "enable -f x.so y", "alias ls='rm -f'", "mapfile -C 'rm -f F #' -c 1 < x",
+    "readarray -tC 'rm F' < x", "compgen -C 'rm -f F' x", "complete -F f x", "bind -x '\"a\":rm F'", "fc -e rm",
+    "let 'a[$(rm -f F)]=1'", "echo 'a[$(rm -f F)]'", "cat <<< 'a[`rm F`]'", "echo $'\\x24(rm F)'",
+    "cat <<'EOF'\n$(rm x)\nEOF", "echo '`rm x`'", "awk 1 'a[$(rm F)]'",
+])
+def test_lookup_changes_and_text_runners_are_refused_even_when_listed(command: str) -> None:
+    assert not check_command(command, LISTED).allowed, command
+
+
+@pytest.mark.parametrize("command", ["hash", "hash -r", "shopt -s extglob", "enable", "alias", "mapfile -t a < x",
+                                     "echo '$HOME'", "cat 'a[1]'", "echo $'a\\tb'",
+                                     "awk '{print $(NF-1)}' x"])
+def test_listed_builtins_used_plainly_pass(command: str) -> None:
+    assert check_command(command, LISTED).allowed, command
 
 
 # --- live: through real sshd ---------------------------------------------------------------------
@@ -458,3 +490,29 @@ async def test_the_ld_preload_escape_is_refused_before_anything_is_sent(web1: Ho
     finally:
         for path in (sent, never):
             path.unlink(missing_ok=True)
+
+
+async def test_a_function_shadowing_an_allowed_name_is_refused_before_anything_is_sent(web1: Host,
+                                                                                      tmp_path: Path) -> None:
+    from remote_bash import PolicyDenied, RemoteBashSession
+    from remote_bash.audit import AuditLog
+
+    audit = AuditLog(tmp_path / "audit")
+    policy = CommandPolicy(allow=["cat", "ls", "echo", "true", "grep", "wc"], allow_operators=True)
+    host = web1.model_copy(update={"policy": policy})
+    victim = Path(f"/tmp/rb-policy-fn-{os.getpid()}")
+    victim.write_text("keep\n")
+    try:
+        async with RemoteBashSession(host, audit=audit) as s:
+            with pytest.raises(PolicyDenied) as refused:
+                await s.run("cat() { echo $(( $1 )); }")
+            assert "function" in str(refused.value)
+            with pytest.raises(PolicyDenied):
+                await s.run(f"cat 'a[$(rm -f {victim})]'")
+            # Nothing was defined: cat is still cat.
+            assert (await s.run(f"cat {victim}")).output == "keep\n"
+        assert victim.exists()
+        started = [r["command"] for r in audit.read("web-1") if r["event"] == "exec.start"]
+        assert started == [f"cat {victim}"], started
+    finally:
+        victim.unlink(missing_ok=True)
