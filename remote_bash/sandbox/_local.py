@@ -206,10 +206,8 @@ def _kill_all_as(uid: int, gid: int, *, until: float) -> bool:
             os.setgroups([])
             os.setgid(gid)
             os.setuid(uid)
-            try:
+            with contextlib.suppress(ProcessLookupError):  # none to signal
                 os.kill(-1, signal.SIGKILL)
-            except ProcessLookupError:
-                pass  # none to signal
             code = 0
         finally:
             os._exit(code)
