@@ -605,6 +605,11 @@ def test_a_local_stop_that_cannot_remove_everything_keeps_the_user_and_the_state
         assert status.stdout.startswith("sandbox: half-stopped, backend local: kept the sandbox user"), status.stdout
         assert f"could not remove {kept}" in status.stdout
         assert json.loads(cli(env, "sandbox", "status", "--json").stdout)["half_stopped"]
+        # A start finishes the stop first, and here cannot either: nothing new starts over it.
+        retried = cli(env, "sandbox", "start", "--backend", "local")
+        assert retried.returncode != 0 and f"kept the sandbox user {user}" in retried.stderr
+        assert _sandbox_users() & {user} == {user} and cli(env, "sandbox", "status").stdout.startswith(
+            "sandbox: half-stopped")
         blocker.rmdir()
         again = cli(env, "sandbox", "stop")
         assert again.returncode == 0, again.stderr

@@ -10,7 +10,8 @@ are looked for in /dev/mqueue, or, when it is not mounted, in an mqueue file sys
 the purpose in a private directory.
 
 It must never follow a symbolic link, cross into another file system, or remove anything another
-UID owns; every walk is bounded in entries and time, and what it could not remove is reported.
+UID owns; every walk is iterative (no depth is too deep), bounded in entries and time, and what
+it could not remove is reported.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 Run as root, it creates a user that exists only while the sandbox runs (no password, a home and a
 random UID of its own, removed on stop with everything it started and everything it left in the
 shared places: /tmp, /var/tmp, /dev/shm, /run/lock, every other world-writable directory, crontab
-and at jobs, System V IPC and POSIX message queues) and checks, as that user, that the operator's
-home, audit logs and state are out of its reach before a command is served. Run as anyone else, it
+and at jobs, System V IPC and POSIX message queues; kept, and said so, while any of that remains)
+and checks, as that user, that the operator's home, audit logs and state are out of its reach
+before a command is served. Run as anyone else, it
 runs sshd inside a bubblewrap namespace: a process tree of its own, an empty environment, the
 file system read-only, and empty directories over the operator's home, audit logs, state, /tmp
 and /run (where agent and engine sockets live). Without either it refuses. The operator's own
