@@ -665,3 +665,22 @@ def _deep_walk(uid: int, root: Path) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert sorted(p.name for p in root.iterdir()) == ["others"]
     assert (other / "file").exists()
+
+
+@LOCAL_AS_ROOT
+def test_a_local_sandbox_whose_sshd_died_is_half_stopped_and_stop_removes_its_user(operator: dict[str, str]) -> None:
+    env = operator
+    started = cli(env, "sandbox", "start", "--backend", "local")
+    assert started.returncode == 0, started.stderr
+    state = json.loads(cli(env, "sandbox", "status", "--json").stdout)
+    try:
+        os.kill(state["pid"], 9)
+        wait_until(lambda: cli(env, "sandbox", "status").stdout.startswith("sandbox: half-stopped"), within=30,
+                   what="status to show the sandbox half-stopped once its sshd is gone")
+        assert state["user"] in _sandbox_users()
+        stopped = cli(env, "sandbox", "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert state["user"] not in _sandbox_users()
+        assert cli(env, "sandbox", "status").stdout == "sandbox: not running\n"
+    finally:
+        cli(env, "sandbox", "stop")

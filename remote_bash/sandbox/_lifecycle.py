@@ -8,7 +8,9 @@ Backends, in the order they are chosen when the operator names none:
 
 A sandbox started by :func:`start` runs until :func:`stop` and is described by a state file in
 the sandbox directory (owner-only); :func:`sandbox_for_command` reuses it, or runs one for the
-duration of a block. Nothing here prints: progress goes to the caller's callback.
+duration of a block. A stop that cannot remove everything (a throwaway user's processes or files)
+never forgets the sandbox: the state file stays, marked half-stopped with what is left, and the
+next stop or start retries. Nothing here prints: progress goes to the caller's callback.
 """
 
 from __future__ import annotations
@@ -273,19 +275,19 @@ def stop(env: Mapping[str, str]) -> SandboxInfo | None:
     state = sandbox_dir(env) / "sandbox.json"
     info = running(env) or half_stopped(env)
     if info is not None:
-        _shutdown_or_record(info, sandbox_dir(env), replace=True)
+        _shutdown_or_record(info, sandbox_dir(env), over_any=True)
     state.unlink(missing_ok=True)
     return info
 
 
-def _shutdown_or_record(info: SandboxInfo, directory: Path, *, replace: bool) -> None:
-    """:func:`_shutdown`, and when it fails, the state file marked half-stopped (``replace``: over any
+def _shutdown_or_record(info: SandboxInfo, directory: Path, *, over_any: bool) -> None:
+    """:func:`_shutdown`, and when it fails, the state file marked half-stopped (``over_any``: over any
     state there is; otherwise only where there is none) before the error goes on."""
     try:
         _shutdown(info)
     except ConfigError as exc:
         state = directory / "sandbox.json"
-        if replace or not state.exists():
+        if over_any or not state.exists():
             tmp = directory / "sandbox.json.tmp"
             _write(tmp, json.dumps({**asdict(info), "stopping": str(exc)}, indent=2) + "\n")
             tmp.replace(state)
@@ -323,7 +325,7 @@ def sandbox_for_command(env: Mapping[str, str], backend: str | None = None, *, i
             yield info.host()
         finally:
             # Where it fails, the state file keeps what is left for 'sandbox stop' to retry.
-            _shutdown_or_record(info, directory, replace=False)
+            _shutdown_or_record(info, directory, over_any=False)
     finally:
         shutil.rmtree(rundir, ignore_errors=True)
 
