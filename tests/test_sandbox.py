@@ -511,3 +511,176 @@ def test_a_crontab_an_at_job_and_lingering_of_the_uid_are_removed() -> None:
         for directory in reversed(made_dirs):
             with contextlib.suppress(OSError):
                 directory.rmdir()
+
+
+# -- stopping against a user that fights back ------------------------------------------------------------
+
+# Forks, and the parent exits, in a loop (bounded to 120 s): no pid lives long enough to be
+# killed by pid. It marks /tmp as it goes, as something left behind.
+HOPPER = """import os, time
+end = time.time() + 120
+while time.time() < end:
+    try:
+        if os.fork():
+            os._exit(0)
+    except OSError:
+        time.sleep(0.01)
+    if int(time.time() * 10) % 5 == 0:
+        with open("/tmp/rb-hopper-%d" % os.getuid(), "a") as f:
+            f.write("alive\\n")
+"""
+# A directory nested deeper than PATH_MAX allows to name it, in /tmp and in the home.
+DEEP = """import os
+for top in ("/tmp/rb-deep-%d" % os.getuid(), os.path.expanduser("~/deep")):
+    fd = os.open(os.path.dirname(top), os.O_RDONLY)
+    name = os.path.basename(top)
+    for level in range(1700):
+        os.mkdir(name, dir_fd=fd)
+        inner = os.open(name, os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd, name = inner, "d"
+        if level % 500 == 0:
+            os.close(os.open("f", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd))
+print("deep")
+"""
+
+
+def _live_processes_of(uid: int) -> list[str]:
+    from remote_bash.sandbox._local import _processes_of
+
+    return [f"{pid} ({state})" for pid, state in _processes_of(uid)]
+
+
+@LOCAL_AS_ROOT
+def test_local_stop_wins_against_a_fork_loop_and_removes_a_very_deep_tree(operator: dict[str, str]) -> None:
+    env = operator
+    started = cli(env, "sandbox", "start", "--backend", "local")
+    assert started.returncode == 0, started.stderr
+    state = json.loads(cli(env, "sandbox", "status", "--json").stdout)
+    user = state["user"]
+    home = Path(f"~{user}").expanduser()
+    out = cli(env, "exec", "--", f"id -u; python3 -c '{DEEP}' && cat > /tmp/hop.py <<'EOF'\n{HOPPER}EOF\n"
+              "setsid -f env -i python3 /tmp/hop.py; echo started")
+    assert out.returncode == 0, out.stderr
+    uid = int(out.stdout.splitlines()[0])
+    assert out.stdout.splitlines()[1:] == ["deep", "started"]
+    hopped = Path(f"/tmp/rb-hopper-{uid}")
+    try:
+        wait_until(hopped.exists, within=30, what="the fork loop to run")
+        stopped = cli(env, "sandbox", "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert user not in _sandbox_users()
+        assert _live_processes_of(uid) == []
+        assert not hopped.exists() and not Path(f"/tmp/rb-deep-{uid}").exists() and not home.exists()
+        assert cli(env, "sandbox", "status").stdout == "sandbox: not running\n"
+    finally:
+        from remote_bash.sandbox._local import end_processes
+
+        end_processes(uid, uid)
+        hopped.unlink(missing_ok=True)
+        subprocess.run(["rm", "-rf", "--one-file-system", f"/tmp/rb-deep-{uid}", "/tmp/hop.py"], check=False,
+                       timeout=60)
+
+
+@LOCAL_AS_ROOT
+def test_a_local_stop_that_cannot_remove_everything_keeps_the_user_and_the_state_to_retry(
+        operator: dict[str, str]) -> None:
+    env = operator
+    started = cli(env, "sandbox", "start", "--backend", "local")
+    assert started.returncode == 0, started.stderr
+    user = json.loads(cli(env, "sandbox", "status", "--json").stdout)["user"]
+    out = cli(env, "exec", "--", "id -u; mkdir /tmp/rb-kept-$(id -u) && echo made")
+    assert out.returncode == 0, out.stderr
+    uid = int(out.stdout.splitlines()[0])
+    kept = Path(f"/tmp/rb-kept-{uid}")
+    blocker = kept / "roots"  # root's, in the user's directory: the directory cannot go, so the user stays
+    blocker.mkdir()
+    try:
+        failed = cli(env, "sandbox", "stop")
+        assert failed.returncode != 0
+        assert f"kept the sandbox user {user} (UID {uid})" in failed.stderr
+        assert f"could not remove {kept}" in failed.stderr and "sandbox stop' again" in failed.stderr
+        assert user in _sandbox_users() and kept.exists()
+        status = cli(env, "sandbox", "status")
+        assert status.stdout.startswith("sandbox: half-stopped, backend local: kept the sandbox user"), status.stdout
+        assert f"could not remove {kept}" in status.stdout
+        assert json.loads(cli(env, "sandbox", "status", "--json").stdout)["half_stopped"]
+        # A start finishes the stop first, and here cannot either: nothing new starts over it.
+        retried = cli(env, "sandbox", "start", "--backend", "local")
+        assert retried.returncode != 0 and f"kept the sandbox user {user}" in retried.stderr
+        assert _sandbox_users() & {user} == {user} and cli(env, "sandbox", "status").stdout.startswith(
+            "sandbox: half-stopped")
+        blocker.rmdir()
+        again = cli(env, "sandbox", "stop")
+        assert again.returncode == 0, again.stderr
+        assert user not in _sandbox_users() and not kept.exists()
+        assert cli(env, "sandbox", "status").stdout == "sandbox: not running\n"
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            blocker.rmdir()
+        cli(env, "sandbox", "stop")
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="makes a tree as another UID")
+def test_the_leftover_walk_empties_a_tree_deeper_than_the_descriptor_limit() -> None:
+    uid = 3_999_000 + int(uuid.uuid4().int % 900)
+    root = Path(tempfile.mkdtemp(prefix="rb-shared-"))  # where the UID can reach (tmp_path is root's alone)
+    try:
+        root.chmod(0o1777)
+        _deep_walk(uid, root)
+    finally:
+        subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False, timeout=60)
+
+
+def _deep_walk(uid: int, root: Path) -> None:
+    import resource
+
+    from remote_bash.sandbox._leftovers import remove_leftovers
+
+    other = root / "others"
+    other.mkdir()  # root's: stays, and so does what is in it that the UID does not own
+    (other / "file").write_text("root's\n")
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            os.setgid(uid)
+            os.setuid(uid)
+            fd = os.open(root, os.O_RDONLY)
+            for _ in range(3000):
+                os.mkdir("d", dir_fd=fd)
+                inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+            os.close(os.open("f", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd))
+            code = 0
+        finally:
+            os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))  # far fewer than the tree's depth
+    try:
+        assert remove_leftovers(uid, uid, roots=(root,)) == []
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert sorted(p.name for p in root.iterdir()) == ["others"]
+    assert (other / "file").exists()
+
+
+@LOCAL_AS_ROOT
+def test_a_local_sandbox_whose_sshd_died_is_half_stopped_and_stop_removes_its_user(operator: dict[str, str]) -> None:
+    env = operator
+    started = cli(env, "sandbox", "start", "--backend", "local")
+    assert started.returncode == 0, started.stderr
+    state = json.loads(cli(env, "sandbox", "status", "--json").stdout)
+    try:
+        os.kill(state["pid"], 9)
+        wait_until(lambda: cli(env, "sandbox", "status").stdout.startswith("sandbox: half-stopped"), within=30,
+                   what="status to show the sandbox half-stopped once its sshd is gone")
+        assert state["user"] in _sandbox_users()
+        stopped = cli(env, "sandbox", "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert state["user"] not in _sandbox_users()
+        assert cli(env, "sandbox", "status").stdout == "sandbox: not running\n"
+    finally:
+        cli(env, "sandbox", "stop")

@@ -16,11 +16,17 @@ def _cmd_sandbox(ctx: _Context) -> int:
     action = ctx.args.action
     if action == "status":
         info = sandbox.running(ctx.env)
+        half = None if info is not None else sandbox.half_stopped(ctx.env)
         if ctx.args.json:  # status only
             data: dict[str, object] = {"running": info is not None}
             if info is not None:
                 data.update(vars(info), inventory=info.inventory_snippet())
+            if half is not None:
+                data.update(half_stopped=half.stopping, throwaway_user=half.throwaway_user)
             _out_json(data, ascii_only=True)
+        elif half is not None:
+            _out(f"sandbox: half-stopped, backend {half.backend}: {half.stopping}\n"
+                 f"  finish: {PROG} sandbox stop\n")
         elif info is None:
             _out("sandbox: not running\n")
         else:

@@ -10,7 +10,8 @@ are looked for in /dev/mqueue, or, when it is not mounted, in an mqueue file sys
 the purpose in a private directory.
 
 It must never follow a symbolic link, cross into another file system, or remove anything another
-UID owns; every walk is bounded in entries and time, and what it could not remove is reported.
+UID owns; every walk is iterative (no depth is too deep), bounded in entries and time, and what
+it could not remove is reported.
 """
 
 from __future__ import annotations
@@ -45,14 +46,34 @@ _SYSVIPC = {"shm": ("/proc/sysvipc/shm", "-m"), "msg": ("/proc/sysvipc/msg", "-q
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+class _Frame:
+    """A directory being emptied: its identity, its entries still to look at, and how to reach it."""
+
+    __slots__ = ("fd", "ident", "name", "pending")
+
+    def __init__(self, fd: int | None, ident: tuple[int, int], name: str, pending: list[str]) -> None:
+        self.fd, self.ident, self.name, self.pending = fd, ident, name, pending
+
+
+# Directories deeper than this are left closed while their descendants are emptied and reopened
+# through ".." (checked to be the same directory) on the way back up: a tree of any depth costs
+# this many descriptors, not one per level.
+_OPEN_FRAMES = 32
+
+
 class _Walk:
-    """One bounded, fd-relative walk removing ``uid``'s entries bottom-up."""
+    """One bounded, fd-relative, iterative walk removing ``uid``'s entries bottom-up.
+
+    Iterative, so no depth is too deep for it: a tree nested thousands of levels deep (deeper than
+    PATH_MAX and any recursion limit) is emptied like a flat one, within the same entry and time bounds.
+    """
 
     def __init__(self, uid: int, gid: int, *, max_entries: int, deadline: float) -> None:
         self.uid, self.gid = uid, gid
         self.left = max_entries
         self.end = time.monotonic() + deadline
         self.kept: list[str] = []
+        self.kept_count = 0
         self.incomplete = False
 
     def reachable(self, st: os.stat_result) -> bool:
@@ -63,46 +84,116 @@ class _Walk:
             return bool(st.st_mode & stat.S_IXGRP)
         return bool(st.st_mode & stat.S_IXOTH)
 
-    def directory(self, fd: int, path: str, dev: int, depth: int) -> None:
-        try:
-            with os.scandir(fd) as entries:
-                names = list(entries)
-        except OSError:
-            self.kept.append(f"what is in {path} (it could not be listed)")
-            return
-        for entry in names:
-            self.left -= 1
-            if self.left < 0 or time.monotonic() > self.end or depth > 64:
-                self.incomplete = True
-                return
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if st.st_dev != dev:
-                continue  # a mount point: another file system
-            where = f"{path}/{entry.name}"
-            if stat.S_ISDIR(st.st_mode):
-                if self.reachable(st):
-                    self.subdirectory(fd, entry.name, where, st, depth)
-                if st.st_uid == self.uid:
-                    self.remove(fd, entry.name, where, directory=True)
-            elif st.st_uid == self.uid:
-                self.remove(fd, entry.name, where, directory=False)
+    def keep(self, stack: list[_Frame], root: str, last: str, note: str = "") -> None:
+        self.kept_count += 1
+        if len(self.kept) < 20:
+            self.kept.append(_shown(root, [f.name for f in stack[1:]] + [last]) + note)
 
-    def subdirectory(self, parent: int, name: str, where: str, st: os.stat_result, depth: int) -> None:
+    def walk(self, root_fd: int, root: str) -> None:
+        """Empty ``root`` (an open directory) of ``uid``'s entries; ``root`` itself stays."""
+        dev = os.fstat(root_fd).st_dev
+        first = self.listing(root_fd)
+        if first is None:
+            self.keep([], root, "", " (it could not be listed)")
+            return
+        stack = [_Frame(root_fd, (dev, os.fstat(root_fd).st_ino), "", first)]
+        try:
+            while stack:
+                top = stack[-1]
+                if not top.pending:
+                    stack.pop()
+                    if stack and not self.climb(stack, top, root):
+                        return
+                    continue
+                name = top.pending.pop()
+                self.left -= 1
+                if self.left < 0 or time.monotonic() > self.end:
+                    self.incomplete = True
+                    return
+                self.step(stack, name, dev, root)
+        finally:
+            for frame in stack[1:]:
+                if frame.fd is not None:
+                    os.close(frame.fd)
+
+    def step(self, stack: list[_Frame], name: str, dev: int, root: str) -> None:
+        top = stack[-1]
+        assert top.fd is not None
+        try:
+            # By name from the directory's current descriptor: the one it was listed through may
+            # have been closed and its number reused since.
+            st = os.stat(name, dir_fd=top.fd, follow_symlinks=False)
+        except OSError:
+            return
+        if st.st_dev != dev:
+            return  # a mount point: another file system
+        if not stat.S_ISDIR(st.st_mode):
+            if st.st_uid == self.uid:
+                self.remove(stack, name, root, directory=False)
+            return
+        if self.reachable(st):
+            fd = self.enter(top.fd, name, st)
+            if fd is not None:
+                listing = self.listing(fd)
+                if listing is None:
+                    os.close(fd)
+                    self.keep(stack, root, name, " (it could not be listed)")
+                    return
+                # The directory itself is removed when its frame is done (see climb).
+                stack.append(_Frame(fd, (st.st_dev, st.st_ino), name, listing))
+                far = stack[-_OPEN_FRAMES - 1] if len(stack) > _OPEN_FRAMES + 1 else None  # never the root
+                if far is not None and far.fd is not None:
+                    os.close(far.fd)
+                    far.fd = None
+                return
+        if st.st_uid == self.uid:
+            self.remove(stack, name, root, directory=True)
+
+    def climb(self, stack: list[_Frame], done: _Frame, root: str) -> bool:
+        """Back in ``stack[-1]`` from its emptied child ``done``: reopen it if closed, remove the child."""
+        parent = stack[-1]
+        assert done.fd is not None
+        try:
+            if parent.fd is None:
+                try:
+                    fd = os.open("..", _OPEN_DIR, dir_fd=done.fd)
+                except OSError:
+                    fd = -1
+                if fd < 0 or (os.fstat(fd).st_dev, os.fstat(fd).st_ino) != parent.ident:
+                    if fd >= 0:
+                        os.close(fd)
+                    # Moved meanwhile (no process of the user runs, so someone else moved it): stop here.
+                    self.keep(stack, root, done.name, " and what is above it (it moved while being removed)")
+                    self.incomplete = True
+                    return False
+                parent.fd = fd
+        finally:
+            os.close(done.fd)
+        with contextlib.suppress(OSError):
+            if os.stat(done.name, dir_fd=parent.fd, follow_symlinks=False).st_uid == self.uid:
+                self.remove(stack, done.name, root, directory=True)
+        return True
+
+    def enter(self, parent: int, name: str, st: os.stat_result) -> int | None:
         try:
             fd = os.open(name, _OPEN_DIR, dir_fd=parent)
         except OSError:
-            return
-        try:
-            opened = os.fstat(fd)
-            if (opened.st_dev, opened.st_ino) == (st.st_dev, st.st_ino):  # not swapped meanwhile
-                self.directory(fd, where, st.st_dev, depth + 1)
-        finally:
+            return None
+        opened = os.fstat(fd)
+        if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):  # swapped meanwhile
             os.close(fd)
+            return None
+        return fd
 
-    def remove(self, parent: int, name: str, where: str, *, directory: bool) -> None:
+    @staticmethod
+    def listing(fd: int) -> list[str] | None:
+        try:
+            return os.listdir(fd)
+        except OSError:
+            return None
+
+    def remove(self, stack: list[_Frame], name: str, root: str, *, directory: bool) -> None:
+        parent = stack[-1].fd
         try:
             if directory:
                 os.rmdir(name, dir_fd=parent)
@@ -111,7 +202,15 @@ class _Walk:
         except FileNotFoundError:
             pass
         except OSError:
-            self.kept.append(where)
+            self.keep(stack, root, name)
+
+
+def _shown(root: str, names: list[str]) -> str:
+    """A path for a message: a deep one shortened to its first and last levels, with its depth."""
+    names = [n for n in names if n]
+    if len(names) <= 8:
+        return "/".join([root, *names])
+    return "/".join([root, *names[:3], "...", *names[-2:]]) + f" ({len(names)} levels down)"
 
 
 def _remove_temp_files(uid: int, gid: int, roots: tuple[Path, ...], *, max_entries: int,
@@ -123,10 +222,14 @@ def _remove_temp_files(uid: int, gid: int, roots: tuple[Path, ...], *, max_entri
         except OSError:
             continue
         try:
-            walk.directory(fd, str(root).rstrip("/"), os.fstat(fd).st_dev, 0)
+            walk.walk(fd, str(root).rstrip("/"))
         finally:
             os.close(fd)
+        if walk.incomplete:
+            break
     problems = [f"could not remove {path}" for path in walk.kept]
+    if walk.kept_count > len(walk.kept):
+        problems.append(f"and {walk.kept_count - len(walk.kept)} more")
     if walk.incomplete:
         problems.append(f"stopped looking through {', '.join(map(str, roots))} after {max_entries} entries "
                         f"or {deadline:g} s")
@@ -214,13 +317,14 @@ def _remove_linger(name: str | None) -> list[str]:
 
 
 def remove_leftovers(uid: int, gid: int, *, roots: tuple[Path, ...] | None = None, name: str | None = None,
-                     max_entries: int = 200_000, deadline: float = 20.0) -> list[str]:
+                     also: tuple[Path, ...] = (), max_entries: int = 200_000, deadline: float = 20.0) -> list[str]:
     """Remove what ``uid`` owns in the shared places (default: :func:`shared_places`), its crontab
-    and at jobs, the lingering of user ``name``, its SysV IPC objects and POSIX message queues.
+    and at jobs, the lingering of user ``name``, its SysV IPC objects and POSIX message queues; and
+    what it owns in the directories ``also`` (its home).
 
     Call it only once no process of ``uid`` runs. Returns what could not be removed, as sentences.
     """
-    places = shared_places() if roots is None else roots
+    places = (*(shared_places() if roots is None else roots), *also)
     return [*_remove_temp_files(uid, gid, places, max_entries=max_entries, deadline=deadline),
             *_remove_message_queues(uid, gid, max_entries=max_entries, deadline=deadline),
             *_remove_linger(name), *_remove_sysv_ipc(uid)]

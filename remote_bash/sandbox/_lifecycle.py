@@ -8,7 +8,9 @@ Backends, in the order they are chosen when the operator names none:
 
 A sandbox started by :func:`start` runs until :func:`stop` and is described by a state file in
 the sandbox directory (owner-only); :func:`sandbox_for_command` reuses it, or runs one for the
-duration of a block. Nothing here prints: progress goes to the caller's callback.
+duration of a block. A stop that cannot remove everything (a throwaway user's processes or files)
+never forgets the sandbox: the state file stays, marked half-stopped with what is left, and the
+next stop or start retries. Nothing here prints: progress goes to the caller's callback.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
@@ -35,7 +37,7 @@ from ._engine import Engine, engine_named, find_engine
 from ._local import create_user, exposed_paths, local_refusal, remove_user, start_local_sshd
 from ._sshd import SshdServer, find_sshd, generate_keypair, start_sshd
 
-__all__ = ["SANDBOX", "Backend", "SandboxInfo", "choose_backend", "running", "sandbox_dir",
+__all__ = ["SANDBOX", "Backend", "SandboxInfo", "choose_backend", "half_stopped", "recorded", "running", "sandbox_dir",
            "sandbox_for_command", "start", "stop"]
 
 SANDBOX = "sandbox"
@@ -69,6 +71,8 @@ class SandboxInfo:
     image: str = ""
     isolation: str = ""
     """How the local backend isolates: a throwaway user, or bubblewrap (as a non-root operator)."""
+    stopping: str = ""
+    """Why the last stop did not finish (what is left): the sandbox is half-stopped until a stop succeeds."""
 
     def host(self) -> Host:
         return Host(name=SANDBOX, hostname=self.address, port=self.port, user=self.user,
@@ -189,7 +193,7 @@ def _shutdown(info: SandboxInfo) -> None:
     server = _SERVERS.pop(info.pid, None)
     if server is not None:
         server.stop()
-    elif info.pid:
+    elif _is_sshd(info.pid):  # a half-stopped sandbox's sshd is gone, and its pid may be another's
         _stop_pid(info.pid)
     try:
         if info.throwaway_user:
@@ -206,6 +210,7 @@ def start(env: Mapping[str, str], backend: str | None = None, *, image: str | No
     current = running(env)
     if current is not None:
         return current
+    _finish_stopping(env)
     chosen, engine = choose_backend(backend, env)
     _make_private(directory)
     key = _client_key(directory)
@@ -217,8 +222,8 @@ def start(env: Mapping[str, str], backend: str | None = None, *, image: str | No
     return info
 
 
-def running(env: Mapping[str, str]) -> SandboxInfo | None:
-    """The sandbox :func:`start` left running, or None."""
+def recorded(env: Mapping[str, str]) -> SandboxInfo | None:
+    """The sandbox the state file describes, running, half-stopped or gone; None without one."""
     directory = sandbox_dir(env)
     try:
         # A state file someone else could write would point connections at their host and key.
@@ -228,20 +233,72 @@ def running(env: Mapping[str, str]) -> SandboxInfo | None:
         info = SandboxInfo(**data)
     except (OSError, ValueError, TypeError):
         return None
+    return info
+
+
+def running(env: Mapping[str, str]) -> SandboxInfo | None:
+    """The sandbox :func:`start` left running, or None (also when it is half-stopped)."""
+    info = recorded(env)
+    if info is None or info.stopping:
+        return None
     if info.container:
         engine = engine_named(info.engine)  # asking the container is enough: no separate engine probe
         return info if engine is not None and engine.running(info.container) else None
     return info if _is_sshd(info.pid) else None
 
 
+def half_stopped(env: Mapping[str, str]) -> SandboxInfo | None:
+    """The sandbox whose last stop did not finish (its ``stopping`` says what is left), or None."""
+    info = recorded(env)
+    if info is None or info.stopping:
+        return info
+    if info.throwaway_user and _user_exists(info.throwaway_user) and running(env) is None:
+        return replace(info, stopping=f"its sshd ended, but its throwaway user {info.throwaway_user} and what "
+                                      f"that user left are still there")
+    return None
+
+
+def _user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
 def stop(env: Mapping[str, str]) -> SandboxInfo | None:
-    """Stop the running sandbox (None when there was none) and forget it."""
+    """Stop the running or half-stopped sandbox (None when there was none) and forget it.
+
+    A stop that does not finish keeps the state, marked half-stopped with what is left, so that
+    the next stop retries; it raises :class:`ConfigError` saying what is left and what to do.
+    """
     state = sandbox_dir(env) / "sandbox.json"
-    info = running(env)
+    info = running(env) or half_stopped(env)
     if info is not None:
-        _shutdown(info)
+        _shutdown_or_record(info, sandbox_dir(env), over_any=True)
     state.unlink(missing_ok=True)
     return info
+
+
+def _shutdown_or_record(info: SandboxInfo, directory: Path, *, over_any: bool) -> None:
+    """:func:`_shutdown`, and when it fails, the state file marked half-stopped (``over_any``: over any
+    state there is; otherwise only where there is none) before the error goes on."""
+    try:
+        _shutdown(info)
+    except ConfigError as exc:
+        state = directory / "sandbox.json"
+        if over_any or not state.exists():
+            tmp = directory / "sandbox.json.tmp"
+            _write(tmp, json.dumps({**asdict(info), "stopping": str(exc)}, indent=2) + "\n")
+            tmp.replace(state)
+        raise ConfigError(f"{exc} (the sandbox is half-stopped: 'remote-bash sandbox status' shows what is "
+                          f"left)") from exc
+
+
+def _finish_stopping(env: Mapping[str, str]) -> None:
+    """Before a new sandbox: finish the stop of a half-stopped one (its user, files), or refuse."""
+    if half_stopped(env) is not None:
+        stop(env)
 
 
 @contextlib.contextmanager
@@ -255,6 +312,7 @@ def sandbox_for_command(env: Mapping[str, str], backend: str | None = None, *, i
                               f"the {backend} backend")
         yield current.host()
         return
+    _finish_stopping(env)
     chosen, engine = choose_backend(backend, env)
     directory = sandbox_dir(env)
     _make_private(directory)
@@ -266,7 +324,8 @@ def sandbox_for_command(env: Mapping[str, str], backend: str | None = None, *, i
         try:
             yield info.host()
         finally:
-            _shutdown(info)
+            # Where it fails, the state file keeps what is left for 'sandbox stop' to retry.
+            _shutdown_or_record(info, directory, over_any=False)
     finally:
         shutil.rmtree(rundir, ignore_errors=True)
 

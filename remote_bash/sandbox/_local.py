@@ -3,8 +3,9 @@
 Run as root, it creates a user that exists only while the sandbox runs (no password, a home and a
 random UID of its own, removed on stop with everything it started and everything it left in the
 shared places: /tmp, /var/tmp, /dev/shm, /run/lock, every other world-writable directory, crontab
-and at jobs, System V IPC and POSIX message queues) and checks, as that user, that the operator's
-home, audit logs and state are out of its reach before a command is served. Run as anyone else, it
+and at jobs, System V IPC and POSIX message queues; kept, and said so, while any of that remains)
+and checks, as that user, that the operator's home, audit logs and state are out of its reach
+before a command is served. Run as anyone else, it
 runs sshd inside a bubblewrap namespace: a process tree of its own, an empty environment, the
 file system read-only, and empty directories over the operator's home, audit logs, state, /tmp
 and /run (where agent and engine sockets live). Without either it refuses. The operator's own
@@ -31,8 +32,8 @@ from remote_bash.errors import ConfigError
 from ._leftovers import remove_leftovers
 from ._sshd import SshdServer, clean_environment, find_sshd, start_sshd
 
-__all__ = ["USER_PREFIX", "bwrap_wrapper", "create_user", "exposed_paths", "local_refusal", "remove_user",
-           "start_local_sshd"]
+__all__ = ["USER_PREFIX", "bwrap_wrapper", "create_user", "end_processes", "exposed_paths", "local_refusal",
+           "remove_user", "start_local_sshd"]
 
 USER_PREFIX = "rb-sandbox-"
 ENGINE_HINT = ("install Docker or Podman (Debian: apt-get install docker.io) and the sandbox runs in a container")
@@ -123,37 +124,106 @@ def create_user() -> str:
 
 
 def remove_user(name: str, *, deadline: float = 15.0) -> None:
-    """End every process of the throwaway user, then delete the user and its home."""
+    """End every process of the throwaway user, remove its files, then delete the user and its home.
+
+    The user is deleted only once none of its processes runs and none of its files is left: a user
+    kept keeps its UID taken, so what could not be removed never passes to a later user. Raises
+    :class:`ConfigError` saying what is left and what to do when either is not the case.
+    """
     if not name.startswith(USER_PREFIX):
         raise ConfigError(f"refusing to remove {name!r}: not a sandbox user")
     try:
-        uid = pwd.getpwnam(name).pw_uid
+        entry = pwd.getpwnam(name)
     except KeyError:
         _remove_group(name)
         return
-    gid = pwd.getpwnam(name).pw_gid
-    end = time.monotonic() + deadline
-    while (pids := _processes_of(uid)) and time.monotonic() < end:
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.05)
-    if pids:
-        raise ConfigError(f"cannot remove the sandbox user {name}: processes {pids} still run after "
-                          f"{deadline:g} s; kill them (kill -9 {' '.join(map(str, pids))}) and stop again")
-    # With no process left, nothing new appears: what the user wrote outside its home goes too.
-    left = remove_leftovers(uid, gid, name=name)
-    done = subprocess.run(["userdel", "--remove", name], capture_output=True, text=True, timeout=30,
+    uid, gid, home = entry.pw_uid, entry.pw_gid, Path(entry.pw_dir)
+    left = end_processes(uid, gid, deadline=deadline)
+    if left:
+        shown = ", ".join(f"{pid} ({state})" for pid, state in left[:20]) + (" ..." if len(left) > 20 else "")
+        raise ConfigError(f"kept the sandbox user {name} (UID {uid}): {len(left)} of its processes still run after "
+                          f"{deadline:g} s of SIGKILL: {shown}; a process in state D waits on the kernel (a hung "
+                          f"mount or device) and ends when that returns; run 'remote-bash sandbox stop' again")
+    # With no process left, nothing new appears: what the user wrote outside its home goes too, and
+    # its home is emptied here rather than by userdel, whose removal fails on very deep trees.
+    problems = remove_leftovers(uid, gid, name=name, also=(home,) if home.is_dir() else ())
+    if problems:
+        raise ConfigError(f"kept the sandbox user {name} (UID {uid}) and its home {home}: not all it left "
+                          f"behind could be removed: {'; '.join(problems)}; remove those (as root: "
+                          f"find PATH -xdev -user {uid} -delete) and run 'remote-bash sandbox stop' again")
+    # --force: zombies of the user (already killed, waiting for their parent to reap them) would
+    # otherwise count as the user being logged in; no live process of it is left.
+    done = subprocess.run(["userdel", "--force", "--remove", name], capture_output=True, text=True, timeout=30,
                           check=False, stdin=subprocess.DEVNULL, env=clean_environment())
     # userdel complains about a missing mail spool, which useradd never made: only a user still
     # present is a failure.
     with contextlib.suppress(KeyError):
         pwd.getpwnam(name)
-        raise ConfigError(f"cannot remove the sandbox user {name}: {done.stderr.strip()}")
+        raise ConfigError(f"cannot remove the sandbox user {name}: {done.stderr.strip()}; "
+                          f"run 'remote-bash sandbox stop' again")
     _remove_group(name)
-    if left:
-        raise ConfigError(f"removed the sandbox user {name} (UID {uid}) but not all it left behind: "
-                          f"{'; '.join(left[:10])}; remove what UID {uid} owns there by hand")
+    if os.path.lexists(home):
+        raise ConfigError(f"removed the sandbox user {name} (UID {uid}) but not its home {home}: "
+                          f"{done.stderr.strip()}; remove it by hand (rm -rf --one-file-system {home})")
+
+
+def end_processes(uid: int, gid: int, *, deadline: float = 15.0, rounds: int = 200) -> list[tuple[int, str]]:
+    """SIGKILL every process of ``uid`` until none runs (zombies do not: they only wait to be reaped).
+
+    Returns the (pid, state) of those still running after ``deadline`` s or ``rounds`` rounds. Each
+    round signals all of them at once from a process running as ``uid`` (kill(-1) reaches every
+    process the caller may signal in one pass the kernel does not let a fork slip through), so a
+    process that forks and exits in a loop cannot outrun it; then each one seen, by pid. A look
+    through /proc does not see such a process (it is gone before its pid is read, its child came
+    after the listing): only a look after a round that signalled them all is believed.
+    """
+    end = time.monotonic() + deadline
+    pause = 0.01
+    left = _processes_of(uid)
+    for _ in range(rounds):
+        signalled = _kill_all_as(uid, gid, until=end)
+        for pid, _state in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
+        left = _processes_of(uid)
+        if (signalled and not left) or time.monotonic() > end:
+            return left
+    return left
+
+
+def _kill_all_as(uid: int, gid: int, *, until: float) -> bool:
+    """kill(-1, SIGKILL) as ``uid``: every process of it but the one sending, in one kernel pass.
+
+    True when the signal went out (or there was no process to send it to).
+    """
+    # A forked child that never execs: an exec as a user past its process limit (a fork bomb's)
+    # would fail, a fork from root does not; the child only makes system calls and exits.
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            with contextlib.suppress(ProcessLookupError):  # none to signal
+                os.kill(-1, signal.SIGKILL)
+            code = 0
+        finally:
+            os._exit(code)
+    while time.monotonic() < until:
+        with contextlib.suppress(ChildProcessError):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                # The user's own processes may kill this one first: then the round did not happen.
+                return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        time.sleep(0.005)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+    return False
 
 
 def _remove_group(name: str) -> None:
@@ -164,16 +234,16 @@ def _remove_group(name: str) -> None:
                        stdin=subprocess.DEVNULL, env=clean_environment())
 
 
-def _processes_of(uid: int) -> list[int]:
-    pids = []
+def _processes_of(uid: int) -> list[tuple[int, str]]:
+    """(pid, state) of every live process whose real, effective or saved UID is ``uid``."""
+    found = []
     for status in Path("/proc").glob("[0-9]*/status"):
         with contextlib.suppress(OSError, ValueError, IndexError):
-            for line in status.read_text().splitlines():
-                if line.startswith("Uid:"):
-                    if int(line.split()[1]) == uid:
-                        pids.append(int(status.parent.name))
-                    break
-    return pids
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+            state = fields["State"].split()[0]
+            if state not in ("Z", "X") and uid in [int(u) for u in fields["Uid"].split()[:3]]:
+                found.append((int(status.parent.name), state))
+    return found
 
 
 def exposed_paths(user: str, paths: Iterable[Path]) -> list[Path]:
