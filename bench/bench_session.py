@@ -195,7 +195,7 @@ class _EchoShell:
         from remote_bash.framing import HEADER_SIZE
 
         header = data[-HEADER_SIZE - 4:].decode()[:HEADER_SIZE]  # "true" is 4 bytes
-        nonce = header[8:20] + header[21:33]
+        nonce = header[8:32]
         asyncio.get_running_loop().call_soon(self.on_data, b"\x1eRB" + nonce.encode() + b":0\x1e")
 
 

@@ -9,7 +9,8 @@ then writes a sentinel that is unique to the call and carries the exit status to
 descriptor. The command is never parsed as part of the driver, so quotes, heredocs, trailing
 ``&`` or ``# comment``, unclosed quotes and 200 KB of text all reach ``eval`` intact.
 
-The sentinel's bytes never appear in what is sent (the nonce is sent in two halves), and
+The sentinel's bytes never appear in what is sent (the nonce follows the length digits, never
+the sentinel's opening bytes), and
 nothing the command prints can fake it. The frame uses only keywords, assignments and ``builtin``, and
 suspends ``set -x``/``set -v`` and history around itself, so ``set -u``, ``IFS=``, ``PATH=``,
 ``set -o history`` or a function named like a builtin add no noise, break nothing and show
@@ -131,8 +132,9 @@ NULL_FD = 18
 
 
 HEADER_SIZE = 34
-"""A call's header: the command's length in bytes (8 digits), the call id, the status-line flag,
-the nonce's second half, the escape flag."""
+"""A call's header: the command's length in bytes (8 digits), the call id, the nonce's second half
+(the two halves side by side, so that one substring gives the sentinel), the status-line flag, the
+escape flag."""
 
 
 def frame_command(command: str, token: CallToken, names: ShellNames, *, stdin: str | None = None,
@@ -166,7 +168,7 @@ def frame_command(command: str, token: CallToken, names: ShellNames, *, stdin: s
     if stdin is not None:
         escaped = "f" if escaped == "-" else "g"
     flag = "0" if status_line_safe(command) else "9"
-    header = f"{len(body):08d}{token.call_id}{flag}{token.second}{escaped}".encode()
+    header = f"{len(body):08d}{token.call_id}{token.second}{flag}{escaped}".encode()
     return (driver(names) if restart else b"") + header + body
 
 
@@ -196,19 +198,19 @@ def driver(names: ShellNames) -> bytes:
     first line; its ``eval`` reads the FIFO, opened last so that bash's message, should it fail,
     reaches the output.
     """
-    after = f'{names.after} "${{_rbm:8:12}}" "${{_rbm:21:12}}"'
-    command = '"$_rbp$_rbc${_rbq:${_rbm:20:1}0}"'
-    take_path = "_rbi=${_rbc%%$'\\n'*} _rbc=${_rbc#*$'\\n'}"
+    command = '"$_rbp$_rbc$_rbz"'
     return (
         f"while builtin read -r -N {HEADER_SIZE} _rbm && "
-        'builtin read -r -N "$((10#${_rbm:0:8}))" _rbc; do '
-        'case ${_rbm:33:1} in e) builtin printf -v _rbc %b "$_rbc";; '
-        f"f) {take_path};; "
-        f'g) builtin printf -v _rbc %b "$_rbc"; {take_path};; esac; '
-        f"{CALL_ENV}=${{_rbm:8:12}}; "  # last before the eval: the command starts with $? at 0
+        'builtin read -r -N "${_rbm:0:8}" _rbc; do '  # read -N takes the length in decimal, zeros and all
+        # Plain ASCII without a FIFO is the common case; the others go through a function.
+        f"case ${{_rbm:32:2}} in 0-) _rbz=$_rbq;; 9-) _rbz=;; *) {names.after}f;; esac; "
+        f"builtin export {CALL_ENV}=${{_rbm:8:12}}; "  # last before the eval: the command starts with $? at 0
         f'for _rbl in 1;do for _rbl in 1;do case ${{_rbi-}} in "") eval {command} '
         f"<&{NULL_FD} >&{SENTINEL_FD} 2>&1;; *) eval {command} >&{SENTINEL_FD} 2>&1 <\"$_rbi\";; esac;"
-        f"done;done;{after};done;{after} r\n"
+        f"done;done;{_reset(names)}; "
+        # echo costs a third of printf; xpg_echo cannot change it (no backslash in what it writes).
+        f"builtin echo -n $'\\036RB'\"${{_rbm:8:24}}:$_rbs\"$'\\036' >&{SENTINEL_FD}; _rbs= _rbh=;done;"
+        f'{names.after} "${{_rbm:8:12}}" "${{_rbm:20:12}}" r\n'
     ).encode()
 
 
@@ -250,19 +252,40 @@ def status_line_safe(command: str) -> bool:
     return True
 
 
-def _functions(names: ShellNames) -> list[str]:
-    # Runs after every call (and once at start-up): it also readies the shell for the next call,
-    # undoing what a command may have changed that the driver relies on: functions shadowing
-    # `builtin` or `eval`, the export of the process tag, the abort trap, TMOUT (which would give
-    # the driver's read a timeout; put aside and given back to each command). It computes the
-    # prefix that gives the next command the tracing and the history its predecessor left on, and
-    # the status line (`$_rbq`, see driver) unless `set -v` or history would show it. `_rbl` is
-    # set only while a command runs: the abort trap leaves the loops then, never while the driver
-    # waits for the next call (which would lose that call).
-    return [
-        f"{names.after}() {{ _rbs=${{_rbs:-$?}}; _rbl= _rbi=; _rbf=$-; unset -f builtin eval; builtin set +xv; "
-        f"builtin unset -v _rbc; builtin export {CALL_ENV}=; "
+def _reset(names: ShellNames) -> str:
+    # Ends a call and readies the shell for the next one: records the status and undoes what a
+    # command may have changed that the driver relies on (functions shadowing `builtin` or `eval`,
+    # the process tag, the abort trap). The sentinel follows. Inlined in the driver's loop, where
+    # it runs after every call: bash copies a function's body at each call, which cost more than
+    # the rest of the frame. `_rbl` is set only while a command runs: the abort trap leaves the
+    # loops then, never while the driver waits for the next call (which would lose that call).
+    #
+    # The common case is one `case`: no TMOUT, no history, neither -x nor -v left on ($- comes last,
+    # after a "|" that SHELLOPTS never holds, so only its letters can match [xv]); anything else
+    # goes through the slow path (see _functions). The process tag's clearing comes last among the
+    # assignments: should a command have made it read-only, only it fails.
+    return (
+        f"_rbs=${{_rbs:-$?}} _rbl= _rbi= _rbc= _rbz= {CALL_ENV}=; unset -f builtin eval; "
         f"builtin trap '[[ ${{_rbl-}} ]] && break 1000 2>/dev/null' {ABORT_SIGNAL}; "
+        f"case ${{TMOUT:+T}}$SHELLOPTS\\|$- in T*|*history*|*\\|*[xv]*) {names.after}s;; "
+        "*) _rbp= _rbq=$_rbN;; esac"
+    )
+
+
+def _functions(names: ShellNames) -> list[str]:
+    # The first ends a call outside the loop (at start-up, and when the driver was left); the
+    # second readies an escaped command or a FIFO; the third is the slow path of every end: it
+    # puts TMOUT aside (it would give the driver's read a timeout; given back to each command), and
+    # computes the prefix that gives the next command the tracing and the history its predecessor
+    # left on, and the status line (`$_rbq`, see driver) unless `set -v` or history would show it.
+    return [
+        f"{names.after}() {{ {_reset(names)}; "
+        f"builtin printf '\\036RB%s%s:%s%s\\036' \"$1\" \"$2\" \"$_rbs\" \"${{3-}}\" >&{SENTINEL_FD}; _rbs= _rbh=; }}",
+        # A call whose command was sent escaped (not plain ASCII), or that reads a FIFO.
+        f"{names.after}f() {{ case ${{_rbm:33:1}} in e|g) builtin printf -v _rbc %b \"$_rbc\";; esac; "
+        "case ${_rbm:33:1} in f|g) _rbi=${_rbc%%$'\\n'*} _rbc=${_rbc#*$'\\n'};; esac; "
+        "case ${_rbm:32:1} in 0) _rbz=$_rbq;; *) _rbz=;; esac; }",
+        f"{names.after}s() {{ _rbf=$-; builtin set +xv; "
         # Under set -x the status line runs silenced ($_rbX), so that it is not traced.
         'case $_rbf in *v*) _rbp=" -${_rbf//[!xv]/}" _rbq=;; *x*) _rbp=" -x" _rbq=$_rbX;; '
         "*) _rbp= _rbq=$_rbN;; esac; "
@@ -270,8 +293,7 @@ def _functions(names: ShellNames) -> list[str]:
         '[[ -o history ]] && { [[ $_rbh ]] && builtin history -d -1; builtin set +o history; '
         '_rbp+=" -o history" _rbq=; }; '
         "[[ $_rbp ]] && _rbp=\"builtin set$_rbp\"$'\\n'; "
-        "[[ ${TMOUT-} ]] && { _rbT=$TMOUT; builtin unset -v TMOUT; _rbp=\"TMOUT=\\$_rbT\"$'\\n'$_rbp; }; "
-        f"builtin printf '\\036RB%s%s:%s%s\\036' \"$1\" \"$2\" \"$_rbs\" \"${{3-}}\" >&{SENTINEL_FD}; _rbs= _rbh=; }}",
+        "[[ ${TMOUT-} ]] && { _rbT=$TMOUT; builtin unset -v TMOUT; _rbp=\"TMOUT=\\$_rbT\"$'\\n'$_rbp; }; }",
     ]
 
 
