@@ -188,7 +188,7 @@ def driver(names: ShellNames) -> bytes:
     The inner loops take a command's own ``break`` or ``continue`` (up to two levels). The abort
     signal's trap, and a ``break`` of more levels, leave the driver itself: the sentinel after
     the loop then says so (its status ends in ``r``), and the next frame brings the driver again.
-    ``$_rbq`` is added after the text when the header's flag is ``0`` (``${_rbq:90}`` is empty):
+    ``$_rbq`` is added after the text (as ``$_rbz``) when the header's flag is ``0``:
     it records the status inside the ``eval`` so that the ``eval`` itself succeeds, and a user's
     ``ERR`` trap runs once, for the user's command, never a second time for the framing. It
     shares the eval's text on purpose: after a syntax error inside ``eval``, bash misreads a
