@@ -200,17 +200,20 @@ def driver(names: ShellNames) -> bytes:
     """
     command = '"$_rbp$_rbc$_rbz"'
     return (
-        f"while builtin read -r -N {HEADER_SIZE} _rbm && "
+        # A call ends at the top of the loop, before the next header is read: the `for` leaves
+        # `_rbl` set, and a command's `continue` of three or more levels (which resumes this
+        # loop) comes here too, so its sentinel is written all the same.
+        f"while case ${{_rbl-}} in 1) {_reset(names)}; "
+        # echo costs a third of printf; xpg_echo cannot change it (no backslash in what it writes).
+        f"builtin echo -n $'\\036RB'\"${{_rbm:8:24}}:$_rbs\"$'\\036' >&{SENTINEL_FD}; _rbs= _rbh=;; esac; "
+        f"builtin read -r -N {HEADER_SIZE} _rbm && "
         'builtin read -r -N "${_rbm:0:8}" _rbc; do '  # read -N takes the length in decimal, zeros and all
         # Plain ASCII without a FIFO is the common case; the others go through a function.
         f"case ${{_rbm:32:2}} in 0-) _rbz=$_rbq;; 9-) _rbz=;; *) {names.after}f;; esac; "
         f"builtin export {CALL_ENV}=${{_rbm:8:12}}; "  # last before the eval: the command starts with $? at 0
         f'for _rbl in 1;do for _rbl in 1;do case ${{_rbi-}} in "") eval {command} '
         f"<&{NULL_FD} >&{SENTINEL_FD} 2>&1;; *) eval {command} >&{SENTINEL_FD} 2>&1 <\"$_rbi\";; esac;"
-        f"done;done;{_reset(names)}; "
-        # echo costs a third of printf; xpg_echo cannot change it (no backslash in what it writes).
-        f"builtin echo -n $'\\036RB'\"${{_rbm:8:24}}:$_rbs\"$'\\036' >&{SENTINEL_FD}; _rbs= _rbh=;done;"
-        f'{names.after} "${{_rbm:8:12}}" "${{_rbm:20:12}}" r\n'
+        f'done;done;done;{names.after} "${{_rbm:8:12}}" "${{_rbm:20:12}}" r\n'
     ).encode()
 
 

@@ -229,3 +229,11 @@ def test_a_command_that_leaves_the_driver_is_framed_and_the_driver_comes_back() 
     assert [(r[1], r[2]) for r in results] == [(0, False), (0, False), (0, True), (0, False), (0, False),
                                                (3, False)]
     assert results[3][0] == b"1\n" and results[4][0] == b""
+
+
+def test_a_continue_of_more_levels_than_the_frame_has_still_ends_its_call() -> None:
+    """``continue 3`` (or 1000) resumes the driver's own loop: its sentinel is written all the same,
+    where the call would otherwise wait out its deadline."""
+    results = _through_bash(["x=1", "continue 3; echo no", "continue 1000", "echo $x; (exit 4)"])
+    assert [(r[0], r[1], r[2]) for r in results] == [(b"", 0, False), (b"", 0, False), (b"", 0, False),
+                                                     (b"1\n", 4, False)]
