@@ -269,7 +269,10 @@ def _reset(names: ShellNames) -> str:
     # assignments: should a command have made it read-only, only it fails.
     return (
         f"_rbs=${{_rbs:-$?}} _rbl= _rbi= _rbc= _rbz= {CALL_ENV}=; unset -f builtin eval; "
-        f"builtin trap '[[ ${{_rbl-}} ]] && break 1000 2>/dev/null' {ABORT_SIGNAL}; "
+        # The trap's text is parsed when it runs: quoted words escape a command's aliases, and
+        # `builtin break` its function named `break`.
+        f"builtin trap '[[ ${{_rbl-}} ]] && {{ \\unset -f builtin; \\builtin break 1000; }} 2>/dev/null' "
+        f"{ABORT_SIGNAL}; "
         f"case ${{TMOUT:+T}}$SHELLOPTS\\|$- in T*|*history*|*\\|*[xv]*) {names.after}s;; "
         "*) _rbp= _rbq=$_rbN;; esac"
     )

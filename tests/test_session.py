@@ -145,7 +145,9 @@ async def test_syntax_errors_fail_at_once_and_keep_state(session: RemoteBashSess
 
 @pytest.mark.parametrize(
     ("command", "exit_code"),
-    [("exit 3", 3), ("exec true", 0), ("kill -9 $$", None), ("set -e; false", 1)],
+    [("exit 3", 3), ("exec true", 0), ("kill -9 $$", None), ("set -e; false", 1),
+     ("set -u; echo $rb_never_set", 1), ("echo ${rb_never_set:?none}", 1),
+     ("set -o posix; readonly rb_q=1; rb_q=2", 1)],
 )
 async def test_shell_death_is_detected_and_replaced(session: RemoteBashSession, command: str,
                                                      exit_code: int | None) -> None:
@@ -261,6 +263,19 @@ async def test_shell_that_ignores_the_abort_is_replaced(session: RemoteBashSessi
     assert r.timed_out and r.kill is not None and r.kill.shell_replaced
     after = await session.run("echo \"${STATE-gone}\"")
     assert after.output == "gone\n"
+
+
+@pytest.mark.parametrize("shadow", ["break() { :; }", "shopt -s expand_aliases; alias break='echo ABR'",
+                                    "builtin() { :; }; break() { :; }"])
+async def test_a_command_s_own_break_does_not_stop_the_abort(session: RemoteBashSession, shadow: str) -> None:
+    """The abort trap's text is parsed when it runs: a function or an alias named ``break`` (or
+    ``builtin``) that the session defined does not keep the rest of a timed-out command running."""
+    mark = marker()
+    await session.run(f"{shadow}\nKEEP={mark}")
+    r = await session.run(f"sleep 30; touch /tmp/{mark}; echo REST", timeout=1)
+    assert r.timed_out and "REST" not in r.output and "ABR" not in r.output
+    assert not Path(f"/tmp/{mark}").exists()
+    assert (await session.run("echo $KEEP")).output == f"{mark}\n"
 
 
 @pytest.mark.parametrize("sep", ["; ", "\n", " || "])
