@@ -561,3 +561,12 @@ async def test_a_timeout_that_is_not_a_positive_number_is_refused_before_anythin
     assert session.info is None  # never connected
     assert audit.read(web1.name) == []
     await session.close()
+
+
+async def test_a_line_longer_than_what_is_kept_is_not_shown_in_part(session: RemoteBashSession) -> None:
+    """The kept start and end of a long output end at line ends (a secret could straddle the cut),
+    as the README says: the lines around a 100 KB line are shown, the long line is not."""
+    r = await session.run("echo start; head -c 100000 /dev/zero | tr '\\0' a; echo; echo end")
+    assert r.truncated and r.output_bytes == 100_011
+    assert r.output.startswith("start\n") and r.output.endswith("end\n")
+    assert "a" * 100 not in r.output
