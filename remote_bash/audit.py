@@ -288,10 +288,12 @@ class AuditLog:
             path = self.path(host)
             paths = self._paths[host] = (path, path.with_name(f"{path.name}.lock"))
         path, lock = paths
-        # Plain ASCII text, whole numbers and None are what most fields hold: they go as they are.
-        extra = {str(key): value if value is None or type(value) is int or (type(value) is str and value.isascii())
-                 or (type(value) is float and math.isfinite(value)) else _plain(value, key)
-                 for key, value in fields.items()}
+        # Plain ASCII text, numbers and None are what most fields hold: they go as they are.
+        extra: dict[str, Any] = {
+            str(key): value if value is None or type(value) is int or (type(value) is str and value.isascii())
+            or (type(value) is float and math.isfinite(value)) else _plain(value, key)
+            for key, value in fields.items()
+        }
         if self.redactor is not None:
             for name in _REDACTED_FIELDS & extra.keys():
                 if isinstance(extra[name], str):
