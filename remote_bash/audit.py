@@ -338,8 +338,8 @@ class AuditLog:
                     host=host,
                 )
             # Stamped under the lock, so time order and seq order agree.
-            head = {"ts": _now(), "event": event, "host": host if host.isascii() else _plain(host, "host"),
-                    "seq": seq + 1, "prev": prev}
+            name = host if type(host) is str and host.isascii() else _plain(host, "host")
+            head = {"ts": _now(), "event": event, "host": name, "seq": seq + 1, "prev": prev}
             record = {**head, **extra}
             body = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
             record["hash"] = digest = sha256(body)
