@@ -60,10 +60,11 @@ def _mac(key: bytes, data: bytes) -> str:
     return hmac.new(key, data, hashlib.sha256).hexdigest()
 
 
-def seal(body: bytes, key: bytes | None) -> bytes:
-    """The line of a record: its compact JSON ``body``, then ``hash`` of those bytes, then with a
-    key ``mac``, the HMAC-SHA256 of everything before it (the line with ``hash``)."""
-    line = body[:-1] + b',"hash":"' + sha256(body).encode() + b'"}'
+def seal(body: bytes, key: bytes | None, digest: str | None = None) -> bytes:
+    """The line of a record: its compact JSON ``body``, then ``hash`` of those bytes (``digest``,
+    when the caller has it already), then with a key ``mac``, the HMAC-SHA256 of everything before
+    it (the line with ``hash``)."""
+    line = body[:-1] + b',"hash":"' + (digest or sha256(body)).encode() + b'"}'
     if key is None:
         return line
     return line[:-1] + b',"mac":"' + _mac(key, line).encode() + b'"}'

@@ -224,6 +224,8 @@ class AuditLog:
         # host -> (st_dev, st_ino, st_size, seq, hash, keyed) of the current file after our last
         # write, so the common case does not read the file back.
         self._last: dict[str, tuple[int, int, int, int, str, bool]] = {}
+        self._paths: dict[str, tuple[Path, Path]] = {}
+        """host -> its current file and its lock file (both names never change)."""
 
     def key_for(self, host: str) -> bytes | None:
         """The audit key of ``host``, or ``None`` (raises AuditError when the key cannot be loaded)."""
@@ -281,8 +283,17 @@ class AuditLog:
             raise ValueError(f"unknown audit event {event!r}; expected one of {', '.join(sorted(EVENTS))}")
         if clash := sorted(set(fields) & set(_RESERVED)):
             raise ValueError(f"audit fields {', '.join(clash)} are set by the log itself")
-        path = self.path(host)
-        extra = {str(key): _plain(value, key) for key, value in fields.items()}
+        paths = self._paths.get(host)
+        if paths is None:
+            path = self.path(host)
+            paths = self._paths[host] = (path, path.with_name(f"{path.name}.lock"))
+        path, lock = paths
+        # Plain ASCII text, numbers and None are what most fields hold: they go as they are.
+        extra: dict[str, Any] = {
+            str(key): value if value is None or type(value) is int or (type(value) is str and value.isascii())
+            or (type(value) is float and math.isfinite(value)) else _plain(value, key)
+            for key, value in fields.items()
+        }
         if self.redactor is not None:
             for name in _REDACTED_FIELDS & extra.keys():
                 if isinstance(extra[name], str):
@@ -293,7 +304,7 @@ class AuditLog:
                 if not self._dir_ready:
                     private_dir(self.directory, what="the audit log")
                     self._dir_ready = True
-                with _flocked(path.with_name(f"{path.name}.lock"), fcntl.LOCK_EX, create=True):
+                with _flocked(lock, fcntl.LOCK_EX, create=True):
                     return self._append(host, event, path, extra, key)
             except AuditError:
                 raise
@@ -327,11 +338,12 @@ class AuditLog:
                     host=host,
                 )
             # Stamped under the lock, so time order and seq order agree.
-            head = {"ts": _now(), "event": event, "host": _plain(host, "host"), "seq": seq + 1, "prev": prev}
+            name = host if type(host) is str and host.isascii() else _plain(host, "host")
+            head = {"ts": _now(), "event": event, "host": name, "seq": seq + 1, "prev": prev}
             record = {**head, **extra}
             body = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-            data = seal(body, key)
-            record["hash"] = sha256(body)
+            record["hash"] = digest = sha256(body)
+            data = seal(body, key, digest)
             if key is not None:
                 record["mac"] = data[-66:-2].decode()
             if stat.st_size > 0 and stat.st_size + len(data) + 1 > self.max_bytes:
@@ -547,7 +559,8 @@ class AuditLog:
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """UTC with microseconds and a ``Z``: ``2026-01-02T03:04:05.000006Z``."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 def _rotated(current: Path, number: int) -> Path:

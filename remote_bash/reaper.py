@@ -143,8 +143,9 @@ def _stray_block(shell_pid: int, since: int) -> str:
     )
 
 
-# The check of _clean_block. Input: the stat files of every process, as arguments (the shell
-# expanded the list before awk started, so awk itself is not in it), read with getline (a process
+# The check of _clean_block. Input: every process's /proc directory, as arguments (the shell
+# expanded the list before awk started, so awk itself is not in it; a directory, not its stat file,
+# so the shell lists /proc without looking each file up), whose stat is read with getline (a process
 # gone since is skipped). Variables: S the shell, T the tick it started at. Exit status 0: nothing can
 # be left; 1: the full scan must run. Kernel threads never count; a zombie runs nothing. TAG is the
 # session's tag (``NAME=value``); an environment unreadable here is unreadable to the scan too.
@@ -164,10 +165,9 @@ BEGIN {
   # The environment of the shell holds the tag: if it cannot be read so, no other can.
   if (!tagged(S)) exit 1
   for (i = 1; i < ARGC; i++) {
-    f = ARGV[i]; l = ""
+    x = ARGV[i]; sub(/^\/proc\//, "", x); f = "/proc/" x "/stat"; l = ""
     if ((getline l < f) <= 0) { close(f); continue }
     close(f)
-    x = f; sub(/^\/proc\//, "", x); sub(/\/stat$/, "", x)
     s = l; sub(/^.*\) /, "", s); split(s, v, " ")
     if (int(v[7] / 2097152) % 2) continue
     pp[x] = v[2]; st[x] = v[20]; zombie[x] = (v[1] == "Z")
@@ -222,7 +222,7 @@ def _clean_block(shell_pid: int, since: int, match: str) -> str:
         f"S={shell_pid} g=\n"
         'sc=; while IFS= read -r l; do case $l in *session-*.scope*) sc=1;; esac; done 2>/dev/null '
         f"</proc/{shell_pid}/cgroup\n"
-        f"[ -z \"$sc\" ] && awk -v S={shell_pid} -v T={since} -v TAG={match} '{_CLEAN_AWK}' /proc/[0-9]*/stat "
+        f"[ -z \"$sc\" ] && awk -v S={shell_pid} -v T={since} -v TAG={match} '{_CLEAN_AWK}' /proc/[0-9]* "
         "2>/dev/null && g=1\n"
     )
 

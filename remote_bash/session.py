@@ -26,7 +26,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from . import _stdin, framing, reaper
 from ._ssh import Credentials, ShellChannel, SshConnection, connect
@@ -42,6 +42,9 @@ from .errors import (
     SessionError,
 )
 from .models import CommandResult, Host, KillReport
+
+if TYPE_CHECKING:
+    from .policy import PolicyDecision
 
 __all__ = ["AuditSink", "RemoteBashSession", "RemoteInfo", "SessionState", "default_audit"]
 
@@ -264,6 +267,8 @@ class RemoteBashSession:
         self._driver_left = False
         """The shell left its driver loop: the next frame brings it again."""
         self._orphaned = False
+        self._allowed: tuple[str, Any] | None = None
+        """The command ``check_policy`` just allowed, with the policy it was checked against."""
         self._running: asyncio.Task[Any] | None = None
         self._stopping: asyncio.Future[None] | None = None
         """The stop of an interrupted call, while it runs: the next use of the shell waits for it."""
@@ -609,14 +614,26 @@ class RemoteBashSession:
         """Write an audit record with this session's fields; ``strict`` raises AuditError on failure."""
         await self._audit_write(event, strict=strict, **fields)
 
-    def _check_policy(self, command: str) -> None:
+    def check_policy(self, command: str) -> PolicyDecision | None:
+        """The host's command policy's decision on ``command``, or None when it has no rules. For
+        callers that refuse before asking the session (the fleet does, so that a refused command
+        opens no connection): ``run`` of the command just allowed does not check it a second time."""
         policy = self.host.policy
         if policy.allow is None and not policy.deny:
-            return
+            return None
         from .policy import check_command
 
         decision = check_command(command, policy)
-        if not decision.allowed:
+        self._allowed = (command, policy) if decision.allowed else None
+        return decision
+
+    def _check_policy(self, command: str) -> None:
+        allowed, self._allowed = self._allowed, None
+        if allowed is not None and allowed[0] == command and allowed[1] is self.host.policy:
+            return
+        decision = self.check_policy(command)
+        self._allowed = None
+        if decision is not None and not decision.allowed:
             raise PolicyDenied(decision.reason, host=self.host.name, rule=decision.rule)
 
     async def audit_denied(self, exc: AccessDenied, command: str, tool_use_id: str | None) -> None:

@@ -508,6 +508,27 @@ async def test_a_policy_refusal_is_audited_once_and_never_sent(web1: Host, tmp_p
     assert not mark.exists()
 
 
+async def test_a_command_check_policy_allowed_skips_only_that_commands_second_check(web1: Host, tmp_path: Path) -> None:
+    from remote_bash import CommandPolicy, PolicyDenied
+
+    host = web1.model_copy(update={"policy": CommandPolicy(deny=[r"\brm\b"])})
+    s = RemoteBashSession(host, audit=False)
+    try:
+        decision = s.check_policy("echo ok")
+        assert decision is not None and decision.allowed
+        # Another command than the one just allowed is checked as ever, and refused before connecting.
+        with pytest.raises(PolicyDenied):
+            await s.run("rm -f /tmp/never")
+        denied = s.check_policy("rm -f /tmp/never")
+        assert denied is not None and not denied.allowed
+        with pytest.raises(PolicyDenied):
+            await s.run("rm -f /tmp/never")
+        assert s.state.value == "new"  # nothing was connected
+        assert RemoteBashSession(web1, audit=False).check_policy("rm -rf /") is None  # no rules
+    finally:
+        await s.close()
+
+
 async def test_a_private_key_cut_in_half_by_truncation_is_still_masked(session: RemoteBashSession) -> None:
     key = Path(f"/tmp/{marker()}")  # readable by the remote user, unlike tmp_path
     keygen = ["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-N", "", "-f", str(key)]

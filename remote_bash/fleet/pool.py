@@ -27,7 +27,6 @@ from remote_bash.access import Gate, jump_chain
 from remote_bash.errors import AccessDenied, ConnectError, ConnectionLost, PolicyDenied, RemoteBashError
 from remote_bash.inventory import Inventory
 from remote_bash.models import CommandResult, Host
-from remote_bash.policy import check_command
 from remote_bash.redact import Redactor
 from remote_bash.session import KILL_GRACE, AuditSink, CredentialSource, HostCheck, RemoteBashSession, default_audit
 
@@ -123,10 +122,6 @@ def _dropped(exc: RemoteBashError) -> bool:
         return True
     return type(exc) is ConnectError and isinstance(
         exc.__cause__, ConnectionResetError | ConnectionAbortedError | BrokenPipeError)
-
-
-def _has_rules(host: Host) -> bool:
-    return host.policy.allow is not None or bool(host.policy.deny)
 
 
 class _Limits:
@@ -258,7 +253,7 @@ class FleetPool:
         started = time.monotonic()
         try:
             session = self.session(host)
-            decision = check_command(command, host.policy) if _has_rules(host) else None
+            decision = session.check_policy(command)  # run does not check it again
             if decision is not None and not decision.allowed:
                 denied = PolicyDenied(decision.reason, host=host.name, rule=decision.rule)
                 await session.audit_denied(denied, command, tool_use_id)
