@@ -80,6 +80,29 @@ def _trigger_expression(alternatives: list[str]) -> str:
     )
 
 
+def _expressions(rules: Sequence[_Rule]) -> tuple[re.Pattern[str], str]:
+    """The trigger of ``rules`` and the source of their combined expression (rule ``i``'s groups
+    renamed ``r{i}`` and ``r{i}v...``)."""
+    triggers = [trigger for rule in rules for trigger in rule.triggers]
+    parts = []
+    for index, rule in enumerate(rules):
+        body = rule.pattern.replace("(?P<v", f"(?P<r{index}v")
+        parts.append(f"(?:{body})(?P<r{index}>)")
+    # ASCII: keywords match in ASCII case only, in the trigger and in the rules alike.
+    return re.compile(_trigger_expression(triggers), re.ASCII), "|".join(parts)
+
+
+@functools.cache
+def _builtin_expressions() -> tuple[re.Pattern[str], str]:
+    return _expressions(_RULES)
+
+
+@functools.cache
+def _builtin_combined() -> re.Pattern[str]:
+    """Compiled once, not left to ``re``'s cache, which a long run may have emptied of it."""
+    return re.compile(_builtin_expressions()[1], re.ASCII)
+
+
 class Redactor:
     """Masks secrets in text.
 
@@ -103,25 +126,20 @@ class Redactor:
             # Longest first, so a secret that contains another is masked whole.
             escaped = [re.escape(lit) for lit in known]
             rules.insert(1, _Rule("known-secret", "|".join(escaped), tuple(escaped)))
-        self._rules = tuple(rules)
+        self._rules = tuple(rules) if known else _RULES
         self._literals = tuple(known)
         # A known secret spanning lines defeats the line-by-line search: scan whole texts then.
         self._whole_text = any("\n" in lit for lit in known)
-        triggers = [trigger for rule in rules for trigger in rule.triggers]
-        # ASCII: keywords match in ASCII case only, in the trigger and in the rules alike.
-        self._trigger = re.compile(_trigger_expression(triggers), re.ASCII)
-        parts = []
-        for index, rule in enumerate(rules):
-            body = rule.pattern.replace("(?P<v", f"(?P<r{index}v")
-            parts.append(f"(?:{body})(?P<r{index}>)")
-        self._combined_source = "|".join(parts)
+        # Without known secrets the expressions are the built-in ones, built once for every Redactor
+        # (a fleet opens a session, with its own Redactor, per host). Known secrets are never cached.
+        self._trigger, self._combined_source = _expressions(self._rules) if known else _builtin_expressions()
         self._custom = tuple(_compile_custom(p) for p in patterns)
 
     @functools.cached_property
     def _combined(self) -> re.Pattern[str]:
         """Every rule in one expression, compiled at the first line the trigger finds: most texts hold
         none, and this compile is most of what building a Redactor costs (a command line pays it once)."""
-        return re.compile(self._combined_source, re.ASCII)
+        return _builtin_combined() if not self._literals else re.compile(self._combined_source, re.ASCII)
 
     def redact(self, text: str) -> str:
         """``text`` with every secret replaced by ``[REDACTED:<kind>]``."""
@@ -243,7 +261,9 @@ def _last_boundary(text: str, start: int, end: int) -> int:
     return -1 if match is None else match.end() - 1
 
 
+@functools.lru_cache(maxsize=256)
 def _compile_custom(pattern: str) -> LinearPattern:
+    """Compiled once per pattern (LinearPattern is immutable): every session on a host shares them."""
     try:
         return compile_linear(pattern)
     except PatternError as exc:
