@@ -19,8 +19,10 @@ import asyncio
 import codecs
 import contextlib
 import enum
+import functools
 import getpass
 import math
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -245,9 +247,7 @@ class RemoteBashSession:
         self.state = SessionState.NEW
         self._credentials = credentials or _default_credentials
         if redactor is None:
-            from .redact import Redactor
-
-            redactor = Redactor(host.redact)
+            redactor = _host_redactor(tuple(host.redact))
         self._redactor = redactor
         if audit is None:
             audit = default_audit(redactor, {host.name: host.audit_key_file})
@@ -420,11 +420,12 @@ class RemoteBashSession:
         problems = [line[6:] for line in text.splitlines() if line.startswith("RBERR ")]
         info_line = next((line for line in text.splitlines() if line.startswith("RBINFO ")), "")
         parts = [*info_line[7:].split("|"), "", "", "", "", ""][:5]
+        # Interned: the sessions of a fleet share these few strings rather than hold a copy each.
         self.info = RemoteInfo(
             shell_pid=int(parts[0]) if parts[0].isdigit() else 0,
-            bash_version=parts[1],
-            os=parts[2],
-            user=parts[3],
+            bash_version=sys.intern(parts[1]),
+            os=sys.intern(parts[2]),
+            user=sys.intern(parts[3]),
             address=conn.peer_address,
             host_key=conn.host_key_fingerprint,
             started=reaper.uptime_ticks(parts[4]),
@@ -980,9 +981,18 @@ def _expire(waiter: asyncio.Future[bool]) -> None:
 
 def _operator() -> str:
     try:
-        return getpass.getuser()
+        return sys.intern(getpass.getuser())
     except (KeyError, OSError):
         return "unknown"
+
+
+@functools.lru_cache(maxsize=64)
+def _host_redactor(patterns: tuple[str, ...]) -> SupportsRedact:
+    """The redactor of a host's own patterns, one for all the sessions on hosts that have the same
+    ones: a Redactor holds no state between calls (a stream gets its own StreamRedactor)."""
+    from .redact import Redactor
+
+    return Redactor(patterns)
 
 
 def _default_credentials(host: Host) -> Credentials:
