@@ -68,15 +68,25 @@ class ShellSession(asyncssh.SSHClientSession[bytes]):
         self._owner._on_exited()
 
 
+def _ignore_data(_data: bytes) -> None:
+    pass
+
+
+def _ignore() -> None:
+    pass
+
+
 class ShellChannel:
     """One exec channel running a long-lived process, read through a data callback."""
+
+    __slots__ = ("_chan", "closed", "exited", "host", "on_closed", "on_data")  # one per open session
 
     def __init__(self, host: str) -> None:
         self.host = host
         self.closed = Flag()
         self.exited = False
-        self.on_data: Callable[[bytes], None] = lambda _data: None
-        self.on_closed: Callable[[], None] = lambda: None
+        self.on_data: Callable[[bytes], None] = _ignore_data
+        self.on_closed: Callable[[], None] = _ignore
         self._chan: asyncssh.SSHClientChannel[bytes] | None = None
 
     def _on_data(self, data: bytes) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -65,7 +66,8 @@ class SshConnection:
         self.peer_address = f"{peer[0]}:{peer[1]}" if peer else host.address
         self._sftp: SftpFiles | None = None
         self._sftp_missing = False
-        self._sftp_lock = asyncio.Lock()
+        self._sftp_lock: asyncio.Lock | None = None
+        """Made at the first SFTP use: most connections never have one."""
 
     def recheck_host_keys(self) -> None:
         """Raise the error a new connection would meet when a key this connection accepted (the
@@ -103,7 +105,7 @@ class SshConnection:
         shell = ShellChannel(self.host.name)
         try:
             opening = asyncio.ensure_future(self._conn.create_session(
-                lambda: ShellSession(shell), command, encoding=None, request_pty=False
+                functools.partial(ShellSession, shell), command, encoding=None, request_pty=False
             ))
             await self._nudge_until(opening)
             chan, _session = await opening
@@ -177,6 +179,8 @@ class SshConnection:
     async def sftp(self, *, timeout: float) -> SftpFiles | None:
         """This connection's SFTP client, started on first use; None when the host has no ``sftp``
         subsystem (remembered for the connection's life)."""
+        if self._sftp_lock is None:
+            self._sftp_lock = asyncio.Lock()
         async with self._sftp_lock:
             if self._sftp is not None and not self._sftp.closed:
                 return self._sftp
@@ -251,13 +255,13 @@ async def _connect_one(host: Host, creds: Credentials, tunnel: asyncssh.SSHClien
         "connect_timeout": host.connect_timeout,
         "config": None,
         "tunnel": tunnel,
-        "preferred_auth": "publickey,keyboard-interactive,password",
+        "preferred_auth": _PREFERRED_AUTH,
         "kbdint_auth": creds.password is not None,
         "password_auth": creds.password is not None,
     }
     try:
         conn = await asyncio.wait_for(
-            asyncssh.connect(host.hostname, client_factory=lambda: Client(check, on_lost), **options),
+            asyncssh.connect(host.hostname, client_factory=functools.partial(Client, check, on_lost), **options),
             host.connect_timeout + 1,
         )
     except asyncio.CancelledError:
@@ -267,7 +271,12 @@ async def _connect_one(host: Host, creds: Credentials, tunnel: asyncssh.SSHClien
     finally:
         if agent is not None:
             agent.close()  # its keys signed during authentication, which is over
+    check.offered = ""  # named only when authentication fails; the check lives as long as the connection
     return conn, check
+
+
+_PREFERRED_AUTH = ("publickey", "keyboard-interactive", "password")
+"""One tuple that every connection's options keep (asyncssh would keep a list split from a string each)."""
 
 
 def _check_key_files(host: Host, creds: Credentials) -> None:
@@ -321,6 +330,22 @@ def _local_user() -> str:
     return getpass.getuser()
 
 
+class _OnLost:
+    """Told by the client that its connection ended: sets ``lost`` and, once ``conn`` is known,
+    records why on it (a small object rather than a closure: one lives as long as each connection)."""
+
+    __slots__ = ("conn", "lost")
+
+    def __init__(self, lost: Flag) -> None:
+        self.lost = lost
+        self.conn: SshConnection | None = None
+
+    def __call__(self, exc: Exception | None) -> None:
+        if self.conn is not None:
+            self.conn.lost_error = exc
+        self.lost.set()
+
+
 async def connect(chain: Sequence[Host], credentials: Sequence[Credentials]) -> SshConnection:
     """Open a connection to ``chain[-1]`` through the jump hosts ``chain[:-1]``, first hop first.
 
@@ -329,13 +354,7 @@ async def connect(chain: Sequence[Host], credentials: Sequence[Credentials]) -> 
     if not chain or len(chain) != len(credentials):
         raise ValueError("connect needs one Credentials per host in the chain")
     lost = Flag()
-    holder: list[SshConnection] = []
-
-    def on_lost(exc: Exception | None) -> None:
-        if holder:
-            holder[0].lost_error = exc
-        lost.set()
-
+    on_lost = _OnLost(lost)
     hops: list[asyncssh.SSHClientConnection] = []
     accepted: list[tuple[Host, HostKeyCheck, asyncssh.SSHKey | None]] = []
     tunnel: asyncssh.SSHClientConnection | None = None
@@ -343,11 +362,11 @@ async def connect(chain: Sequence[Host], credentials: Sequence[Credentials]) -> 
         for i, (hop, creds) in enumerate(zip(chain, credentials, strict=True)):
             last = i == len(chain) - 1
             via = chain[i - 1].name if i else None
-            conn, check = await _connect_one(hop, creds, tunnel, on_lost if last else (lambda _e: lost.set()), via)
+            conn, check = await _connect_one(hop, creds, tunnel, on_lost if last else _OnLost(lost), via)
             if last:
                 ssh = SshConnection(chain[-1], conn, hops, check, lost)
                 ssh.accepted[:0] = accepted
-                holder.append(ssh)
+                on_lost.conn = ssh
                 return ssh
             accepted.append((hop, check, conn.get_server_host_key()))
             hops.append(conn)

@@ -11,8 +11,8 @@ import fcntl
 import functools
 import hashlib
 import os
-from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import asyncssh
@@ -34,7 +34,7 @@ def known_hosts_pattern(host: Host) -> str:
     return host.hostname if host.port == 22 else f"[{host.hostname}]:{host.port}"
 
 
-@dataclass
+@dataclass(slots=True)
 class HostKeyCheck:
     """What the configured known_hosts file pins for one host, and the outcome of checking its key.
 
@@ -45,13 +45,14 @@ class HostKeyCheck:
 
     host: Host
     known_hosts: Path
-    trusted: list[asyncssh.SSHKey] = field(default_factory=list)
-    authorities: list[asyncssh.SSHKey] = field(default_factory=list)
-    revoked: list[asyncssh.SSHKey] = field(default_factory=list)
-    revoked_authorities: list[asyncssh.SSHKey] = field(default_factory=list)
+    # Tuples: a connection keeps its check for its life, and most of these are empty (one shared ()).
+    trusted: tuple[asyncssh.SSHKey, ...] = ()
+    authorities: tuple[asyncssh.SSHKey, ...] = ()
+    revoked: tuple[asyncssh.SSHKey, ...] = ()
+    revoked_authorities: tuple[asyncssh.SSHKey, ...] = ()
     """@cert-authority keys for this host that a @revoked line cancels (named in the error)."""
     seen: str = ""
-    expected: list[str] = field(default_factory=list)
+    expected: Sequence[str] = ()
     accepted_new: bool = False
     problem: str = ""  # "", "unknown", "changed", "authority"
     offered: str = ""
@@ -71,12 +72,12 @@ class HostKeyCheck:
             revoked = [*revoked, *known.match(name, "", None)[2]]
         gone = {k.public_data for k in revoked}
         return cls(host=host, known_hosts=known_hosts,
-                   trusted=[k for k in keys if k.public_data not in gone],
-                   authorities=[k for k in authorities if k.public_data not in gone],
-                   revoked=list(revoked),
-                   revoked_authorities=[k for k in authorities if k.public_data in gone])
+                   trusted=tuple(k for k in keys if k.public_data not in gone),
+                   authorities=tuple(k for k in authorities if k.public_data not in gone),
+                   revoked=tuple(revoked),
+                   revoked_authorities=tuple(k for k in authorities if k.public_data in gone))
 
-    def pins(self) -> tuple[list[asyncssh.SSHKey], list[asyncssh.SSHKey], list[asyncssh.SSHKey]]:
+    def pins(self) -> tuple[tuple[asyncssh.SSHKey, ...], tuple[asyncssh.SSHKey, ...], tuple[asyncssh.SSHKey, ...]]:
         """The trusted keys, CA keys and revoked keys, in the form asyncssh's known_hosts option takes."""
         return self.trusted, self.authorities, self.revoked
 
