@@ -29,6 +29,7 @@ from remote_bash.credentials import acredentials_for, get_secret, reset_keyring_
 from remote_bash.errors import AuthenticationFailed, ConfigError, CredentialError, InventoryError
 from remote_bash.inventory import load_inventory
 from remote_bash.models import Host
+from remote_bash.sandbox import generate_keypair
 from remote_bash.session import RemoteBashSession
 
 from .sshd import TestHosts
@@ -143,6 +144,24 @@ async def test_auto_without_agent_or_identity_file_never_uses_the_default_keys(h
     host = target.model_copy(update={"credential": "auto", "identity_file": None})
     with pytest.raises(AuthenticationFailed):
         await reach(host)
+
+
+async def test_a_key_file_replaced_while_a_session_holds_its_keys_is_read_again(
+        home: Path, hosts: TestHosts, target: Host, tmp_path: Path) -> None:
+    # Connections open at once share a key file's keys: a key replaced on disk must still be the
+    # one the next login offers, not the one an open session loaded.
+    key = tmp_path / "keys" / "id_ed25519"
+    key.parent.mkdir(mode=0o700)
+    shutil.copy(hosts.client_key, key)
+    key.chmod(0o600)
+    other = generate_keypair(tmp_path / "other" / "id_ed25519")
+    host = target.model_copy(update={"credential": "key", "identity_file": key})
+    async with RemoteBashSession(host, credentials=acredentials_for, audit=False) as open_one:
+        assert (await open_one.run("echo reached")).output == "reached\n"
+        other.replace(key)
+        with pytest.raises(AuthenticationFailed):
+            await reach(host)  # the new key is not authorized on the host
+        assert (await open_one.run("echo still")).output == "still\n"
 
 
 @pytest.mark.parametrize("where", ["host", "defaults"])

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
 import os
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -234,7 +236,7 @@ async def _connect_one(host: Host, creds: Credentials, tunnel: asyncssh.SSHClien
         raise HostKeyError(f"cannot read known_hosts file {known_hosts}: {exc}", host=host.name) from exc
     agent, agent_keys, agent_note = await _agent_keys(host, creds)
     check.offered = _offered(creds, agent_note)
-    client_keys: list[Any] = [*agent_keys, *creds.keys, *(str(p) for p in creds.key_files)]
+    client_keys: list[Any] = [*agent_keys, *creds.keys]
     options: dict[str, Any] = {
         "port": host.port,
         "username": host.user or _local_user(),
@@ -245,7 +247,7 @@ async def _connect_one(host: Host, creds: Credentials, tunnel: asyncssh.SSHClien
         "x509_trusted_certs": None,
         # None, never (): asyncssh reads ~/.ssh/id_* for () or an empty list, and a host must be
         # reached only with the keys its credential setting names. The agent's keys are in the list.
-        "client_keys": client_keys or None,
+        "client_keys": None,  # set below, with the key files' keys
         "agent_path": None,
         "passphrase": creds.passphrase,
         "password": creds.password,
@@ -260,6 +262,8 @@ async def _connect_one(host: Host, creds: Credentials, tunnel: asyncssh.SSHClien
         "password_auth": creds.password is not None,
     }
     try:
+        client_keys.extend(await _key_files(creds))
+        options["client_keys"] = client_keys or None
         conn = await asyncio.wait_for(
             asyncssh.connect(host.hostname, client_factory=functools.partial(Client, check, on_lost), **options),
             host.connect_timeout + 1,
@@ -272,7 +276,66 @@ async def _connect_one(host: Host, creds: Credentials, tunnel: asyncssh.SSHClien
         if agent is not None:
             agent.close()  # its keys signed during authentication, which is over
     check.offered = ""  # named only when authentication fails; the check lives as long as the connection
+    _share_host_key_algs(conn)
     return conn, check
+
+
+def _share_host_key_algs(conn: asyncssh.SSHClientConnection) -> None:
+    """asyncssh keeps the host key algorithms it offers (for re-keys) as a list it encoded for this
+    connection alone: an equal list, one for every connection offering the same, takes its place.
+    Only ever replaced by an equal value, so asyncssh sees no difference."""
+    algs = getattr(conn, "_server_host_key_algs", None)
+    if isinstance(algs, list) and all(isinstance(a, bytes) for a in algs):
+        shared = _shared_algs(tuple(algs))
+        if shared == algs:
+            conn._server_host_key_algs = shared
+
+
+@functools.lru_cache(maxsize=64)
+def _shared_algs(algs: tuple[bytes, ...]) -> list[bytes]:
+    return list(algs)
+
+
+async def _key_files(creds: Credentials) -> list[Any]:
+    """What to offer asyncssh for the credentials' key files. A key file needing no passphrase is
+    loaded once and its keys shared by the connections open at the same time (asyncssh would load a
+    copy for each, kept for its life); they are held only while a connection holds them. A key read
+    with a passphrase is left to asyncssh: decrypted for each connection, never cached."""
+    if creds.passphrase is not None:
+        return [str(p) for p in creds.key_files]
+    keys: list[Any] = []
+    for path in creds.key_files:
+        keys.extend(await _unencrypted_keys(str(path)))
+    return keys
+
+
+_LOADED_KEYS: dict[str, tuple[bytes, list[weakref.ref[Any]]]] = {}
+
+
+async def _unencrypted_keys(path: str) -> list[Any]:
+    """The keys of the key file ``path`` (and its ``-cert.pub``), as asyncssh loads them; the ones
+    loaded earlier while they are still held and the files' content has not changed since."""
+    digest = _key_digest(path)
+    cached = _LOADED_KEYS.get(path)
+    if cached is not None and cached[0] == digest:
+        held = [ref() for ref in cached[1]]
+        if all(key is not None for key in held):
+            return held
+    # In a thread, as asyncssh loads them: an RSA key's check takes a while.
+    keys = await asyncio.to_thread(asyncssh.load_keypairs, path)
+    _LOADED_KEYS[path] = (digest, [weakref.ref(key) for key in keys])
+    return list(keys)
+
+
+def _key_digest(path: str) -> bytes:
+    """What the keys loaded from ``path`` depend on: its content and its certificate's (a few
+    hundred bytes each, as the known_hosts file is read: by content, not times)."""
+    digest = hashlib.sha256()
+    for name in (path, f"{path}-cert.pub"):
+        with contextlib.suppress(FileNotFoundError):
+            digest.update(Path(name).expanduser().read_bytes())
+        digest.update(b"\0")
+    return digest.digest()
 
 
 _PREFERRED_AUTH = ("publickey", "keyboard-interactive", "password")
