@@ -40,7 +40,6 @@ import contextlib
 import hashlib
 import json
 import os
-import secrets
 import stat
 import sys
 from collections.abc import Mapping
@@ -161,6 +160,8 @@ def _write(path: Path, inputs: dict[str, Any], inventory: Inventory) -> None:
         return
     if any(Host.model_validate(dump) != inventory.hosts[name] for name, dump in hosts.items()):
         return
+    import secrets
+
     temporary = path.with_name(f".{path.stem}.{secrets.token_hex(8)}.tmp")
     try:
         private_dir(path.parent, what=_WHAT)
