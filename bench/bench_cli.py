@@ -8,12 +8,15 @@ call (so whatever else the machine does weighs on both alike), times whole proce
   fleet exec --forks N all     vs  a Python script doing the asyncssh gather of connect + run on N hosts
 
 ``remote-bash`` runs as pip's console script runs it (the same generated wrapper, this
-interpreter, this tree first on the path), with the package's bytecode compiled as an install
-compiles it. The floors say what is the interpreter's and what is ours: ``python -c pass`` with
+interpreter's own binary, never a shell shim such as pyenv's, this tree first on the path), with
+the package's bytecode compiled as an install compiles it. The site hooks of the installation
+(``.pth`` files that import something at every start) are listed, since every process pays them.
+The floors say what is the interpreter's and what is ours: ``python -c pass`` with
 this installation's site hooks, with ``-I`` and with ``-S`` (no site at all), a bare virtualenv of
 the same interpreter with and without ``import re`` (all that pip's wrapper adds), and ``exec
---keep`` again from that virtualenv (the kept-session client needs only the standard library), and
-``main()`` of a kept call in-process.
+--keep`` again from that virtualenv (the kept-session client needs only the standard library), the
+standard library that client loads (imported alone in that virtualenv: the floor of any client
+written this way), and ``main()`` of a kept call in-process.
 Each line gives the median wall time over rounds (each round's median of its calls), the CPU time
 of the process (user + system, its children included), and the ratio to its reference, with the
 range of the rounds' ratios.
@@ -28,6 +31,7 @@ import argparse
 import compileall
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -44,6 +48,10 @@ sys.path.insert(0, str(ROOT))
 from tests.sshd import TestHosts, make_test_hosts  # noqa: E402 -- after the path to the tree under test
 
 TIMEOUT = 300
+PYTHON = os.path.realpath(sys.executable)
+"""The interpreter's binary, as pip's console scripts name it in their first line."""
+CLIENT_STDLIB = "import re, json, pathlib, signal, contextlib, zlib, _socket"
+"""What a kept call's client loads of the standard library (re for pip's wrapper)."""
 
 # pip's generated console script, as installed for ``remote-bash = "remote_bash.cli:main"``.
 CONSOLE_SCRIPT = """#!{python}
@@ -81,6 +89,20 @@ asyncio.run(main())
 """
 
 
+def site_hooks() -> list[str]:
+    """The ``.pth`` files of this installation's site directories that run code at every start."""
+    import site
+
+    found = []
+    for directory in [*site.getsitepackages(), site.getusersitepackages()]:
+        for pth in sorted(Path(directory).glob("*.pth")) if Path(directory).is_dir() else []:
+            code = "\n".join(line for line in pth.read_text(errors="replace").splitlines() if line.startswith("import"))
+            names = dict.fromkeys(re.findall(r"(?:\bimport\s+|__import__\(')([\w.]+)", code))
+            if code:
+                found.append(f"{pth.name} (imports {', '.join(names)})")
+    return found
+
+
 def run(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     """Wall and CPU seconds (user + system, its children included) of one whole process, which must succeed."""
     with tempfile.TemporaryFile() as err:
@@ -111,7 +133,7 @@ def start_hosts(th: TestHosts, count: int) -> list[dict[str, object]]:
 def bare_venv(work: Path) -> Path:
     """A virtualenv of this interpreter with nothing installed but this tree's package (a link)."""
     venv = work / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=TIMEOUT)
+    subprocess.run([PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=TIMEOUT)
     python = venv / "bin" / "python"
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           check=True, capture_output=True, text=True, timeout=TIMEOUT).stdout.strip()
@@ -188,6 +210,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=5, help="calls of each method per round (x4 for kept calls)")
     parser.add_argument("--skip", default="", help="comma-separated: exec,keep,fleet")
     args = parser.parse_args()
+    with open(PYTHON, "rb") as binary:
+        if binary.read(4) != b"\x7fELF":
+            raise SystemExit(f"{PYTHON} is not an interpreter binary (a shim?): run this with the real one")
     skip = set(filter(None, args.skip.split(",")))
     # An install compiles the package's bytecode; a tree run with PYTHONDONTWRITEBYTECODE has none.
     compileall.compile_dir(str(ROOT / "remote_bash"), quiet=1)
@@ -209,25 +234,26 @@ def main() -> None:
         env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), XDG_STATE_HOME=str(home / ".state"),
                    REMOTE_BASH_INVENTORY=str(work / "hosts.yaml"), PYTHONPATH=str(ROOT))
         script = work / "remote-bash"
-        script.write_text(CONSOLE_SCRIPT.format(python=sys.executable))
+        script.write_text(CONSOLE_SCRIPT.format(python=PYTHON))
         (work / "one.py").write_text(ONE)
         (work / "gather.py").write_text(GATHER)
-        cli = [sys.executable, str(script)]
+        cli = [PYTHON, str(script)]
         first = hosts[0]
-        print(f"{args.hosts} sshd on loopback; {sys.executable} {sys.version.split()[0]}; "
+        print(f"{args.hosts} sshd on loopback; {PYTHON} {sys.version.split()[0]}; "
               f"load average {os.getloadavg()[0]:.1f} at start")
+        print(f"site hooks run by every process of this installation: {', '.join(site_hooks()) or 'none'}")
         venv_cli = bare_venv(work)
         venv_python = venv_cli.parent / "python"
         compare("interpreter start, for scale", {
-            "python -c pass (this installation's site hooks)": [sys.executable, "-c", "pass"],
-            "python -I -c pass (isolated: no user site, env)": [sys.executable, "-I", "-c", "pass"],
-            "python -S -c pass (no site at all)": [sys.executable, "-S", "-c", "pass"],
+            "python -c pass (this installation's site hooks)": [PYTHON, "-c", "pass"],
+            "python -I -c pass (isolated: no user site, env)": [PYTHON, "-I", "-c", "pass"],
+            "python -S -c pass (no site at all)": [PYTHON, "-S", "-c", "pass"],
             "bare virtualenv: python -c pass": [str(venv_python), "-c", "pass"],
             "bare virtualenv: python -c 'import re' (pip's wrapper)": [str(venv_python), "-c", "import re"],
         }, env, args.rounds, args.calls * 4, None)
         if "exec" not in skip:
             compare("exec HOST -- true, whole process", {
-                "asyncssh connect + run script (reference)": [sys.executable, str(work / "one.py"),
+                "asyncssh connect + run script (reference)": [PYTHON, str(work / "one.py"),
                                                               str(work / "hosts.json")],
                 "remote-bash exec h000 -- true": [*cli, "exec", "h000", "--", "true"],
             }, env, args.rounds, args.calls, 1.15)
@@ -253,13 +279,18 @@ def main() -> None:
                     "remote-bash exec --keep h000 -- true": [*cli, "exec", "--keep", "h000", "--", "true"],
                     "the same from a bare virtualenv": [str(venv_python), str(venv_cli), "exec", "--keep", "h000",
                                                         "--", "true"],
-                    "python -c pass": [sys.executable, "-c", "pass"],
+                    "python -c pass": [PYTHON, "-c", "pass"],
                     "bare virtualenv: python -c pass": [str(venv_python), "-c", "pass"],
+                    "bare virtualenv: the client's standard library alone": [str(venv_python), "-c",
+                                                                             CLIENT_STDLIB],
                 }, env, args.rounds, args.calls * 4, 3.0)
                 own = keep["remote-bash exec --keep h000 -- true"] - keep["python -c pass"]
                 bare = keep["the same from a bare virtualenv"] - keep["bare virtualenv: python -c pass"]
+                stdlib = keep["bare virtualenv: the client's standard library alone"] - \
+                    keep["bare virtualenv: python -c pass"]
                 print(f"  exec --keep beyond the interpreter's start: {own * 1000:.1f} ms here, "
-                      f"{bare * 1000:.1f} ms in the bare virtualenv")
+                      f"{bare * 1000:.1f} ms in the bare virtualenv, of which the standard library it loads "
+                      f"{stdlib * 1000:.1f} ms")
                 inside = in_process(env, args.calls * 20)
                 print(f"  of which main() in-process (client work + one socket round trip + the call): "
                       f"{inside * 1000:.1f} ms")
@@ -271,7 +302,7 @@ def main() -> None:
         if "fleet" not in skip:
             n = args.hosts
             compare(f"fleet exec on {n} hosts, whole process", {
-                f"asyncssh gather script, {n} hosts (reference)": [sys.executable, str(work / "gather.py"),
+                f"asyncssh gather script, {n} hosts (reference)": [PYTHON, str(work / "gather.py"),
                                                                    str(work / "hosts.json")],
                 f"remote-bash fleet exec --forks {n} all": [*cli, "fleet", "exec", "--forks", str(n), "all", "--",
                                                           "uname -a"],

@@ -5,19 +5,24 @@ uses PyYAML's safe loader only, expands anchors, aliases and ``<<`` merge keys i
 is counted, and refuses documents that expand past :data:`MAX_NODES` or nest too deeply. It returns
 plain values and a map from each key path to its line. It never gives the data any meaning: that is
 the inventory's job. Every problem is an :class:`~remote_bash.errors.InventoryError` naming the file.
+
+PyYAML is loaded at the first parse, not at import: a command whose inventory comes from the cache
+(:mod:`remote_bash._inventory_cache`) never parses YAML.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from remote_bash.errors import InventoryError
 
-__all__ = ["MAX_FILE_BYTES", "MAX_NODES", "Where", "line_of", "parse_yaml", "read_text"]
+if TYPE_CHECKING:
+    import yaml
+
+__all__ = ["MAX_FILE_BYTES", "MAX_NODES", "Where", "decode_text", "line_of", "parse_yaml", "read_bytes", "read_text"]
 
 MAX_FILE_BYTES = 10 * 1024 * 1024
 """Inventory (and ssh config) files larger than this are refused before parsing."""
@@ -37,6 +42,11 @@ def line_of(lines: Mapping[Where, int], where: Where) -> int | None:
 
 def read_text(file: Path, what: str) -> str:
     """The text of ``file`` (``what`` names it in errors): at most MAX_FILE_BYTES of UTF-8."""
+    return decode_text(read_bytes(file, what), file, what)
+
+
+def read_bytes(file: Path, what: str) -> bytes:
+    """The bytes of ``file`` (``what`` names it in errors): at most MAX_FILE_BYTES."""
     try:
         if file.is_dir():
             raise InventoryError(f"{what} is a directory, not a file", path=str(file))
@@ -52,6 +62,11 @@ def read_text(file: Path, what: str) -> str:
             f"{what} is {size:.1f} MiB; files over {MAX_FILE_BYTES // (1024 * 1024)} MiB are refused",
             path=str(file),
         )
+    return data
+
+
+def decode_text(data: bytes, file: Path, what: str) -> str:
+    """``data``, read from ``file``, as UTF-8 text (a leading byte order mark dropped)."""
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -59,26 +74,32 @@ def read_text(file: Path, what: str) -> str:
         raise InventoryError(f"{what} is not UTF-8 text", path=str(file), line=line) from None
 
 
-class _Loader(yaml.SafeLoader):
-    """A safe loader that refuses documents with too many nodes while composing them."""
+@functools.cache
+def _loader_class() -> type[yaml.SafeLoader]:
+    import yaml
 
-    def __init__(self, stream: str, path: str) -> None:
-        super().__init__(stream)
-        self.path = path
-        self.composed = 0
+    class _Loader(yaml.SafeLoader):
+        """A safe loader that refuses documents with too many nodes while composing them."""
 
-    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
-        self.composed += 1
-        if self.composed > MAX_NODES:
-            line = self.get_mark().line + 1
-            raise InventoryError(f"the file has more than {MAX_NODES} YAML nodes", path=self.path, line=line)
-        return super().compose_node(parent, index)
+        def __init__(self, stream: str, path: str) -> None:
+            super().__init__(stream)
+            self.path = path
+            self.composed = 0
+
+        def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+            self.composed += 1
+            if self.composed > MAX_NODES:
+                line = self.get_mark().line + 1
+                raise InventoryError(f"the file has more than {MAX_NODES} YAML nodes", path=self.path, line=line)
+            return super().compose_node(parent, index)
+
+    return _Loader
 
 
 class _Tree:
     """Turns composed YAML nodes into plain values, noting the line of every key and item."""
 
-    def __init__(self, loader: _Loader, path: str) -> None:
+    def __init__(self, loader: yaml.SafeLoader, path: str) -> None:
         self.loader = loader
         self.path = path
         self.lines: dict[Where, int] = {}
@@ -91,6 +112,8 @@ class _Tree:
         )
 
     def value(self, node: yaml.Node, where: Where) -> Any:
+        import yaml
+
         self.nodes += 1
         if self.nodes > MAX_NODES:
             raise self.fail(
@@ -123,6 +146,8 @@ class _Tree:
             self._open.discard(id(node))
 
     def _mapping(self, node: yaml.MappingNode, where: Where) -> dict[str, Any]:
+        import yaml
+
         merged: dict[str, Any] = {}
         own: dict[str, Any] = {}
         for key_node, value_node in node.value:
@@ -150,8 +175,10 @@ class _Tree:
 
 def parse_yaml(text: str, path: str) -> tuple[Any, dict[Where, int]]:
     """The document in ``text`` as plain values, and the line of every key path in it."""
+    import yaml
+
     try:
-        loader = _Loader(text, path)
+        loader = _loader_class()(text, path)  # type: ignore[call-arg]  # the class above takes the path
     except yaml.reader.ReaderError as exc:
         where = text[: exc.position].count("\n") + 1
         message = f"the file holds a character YAML does not allow ({exc.reason})"

@@ -27,26 +27,29 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from remote_bash._inventory_file import (
-    GroupEntry,
-    HostSettings,
-    InventoryFile,
-    explain,
-    first_problem,
-    suggest,
-    validate_file,
-    yaml_path,
-)
 from remote_bash._paths import config_dir
 from remote_bash._regex import PatternError, compile_linear
 from remote_bash._ssh_config import parse_ssh_config, read_ssh_config
-from remote_bash._yaml_lines import MAX_FILE_BYTES, MAX_NODES, Where, line_of, parse_yaml, read_text
+from remote_bash._yaml_lines import (
+    MAX_FILE_BYTES,
+    MAX_NODES,
+    Where,
+    decode_text,
+    line_of,
+    parse_yaml,
+    read_bytes,
+    read_text,
+)
 from remote_bash.errors import InventoryError, SelectionError
 from remote_bash.models import Host, _set_inventory
+
+if TYPE_CHECKING:
+    # The models of the file itself are loaded only to read one (not for an inventory from the cache).
+    from remote_bash._inventory_file import GroupEntry, HostSettings, InventoryFile
 
 __all__ = [
     "MAX_FILE_BYTES",
@@ -87,6 +90,8 @@ class Inventory(BaseModel):
         try:
             return self.hosts[name]
         except KeyError:
+            from remote_bash._inventory_file import suggest
+
             raise SelectionError(f"unknown host {name!r}{suggest(name, self.hosts)}") from None
 
 
@@ -163,6 +168,8 @@ def _resolve_term(
         if not found and not matched_group:
             raise SelectionError(f"{term!r} (in pattern {pattern!r}) matches no host or group name")
         return found
+    from remote_bash._inventory_file import suggest
+
     names = [*hosts, *groups]
     raise SelectionError(f"unknown host or group {term!r} in pattern {pattern!r}{suggest(term, names)}")
 
@@ -239,6 +246,8 @@ class _Builder:
         self.ssh_path = ssh_path or Path("~/.ssh/config").expanduser()
         self._ssh_text: str | None = None
         self._ssh_included: dict[str, str] = {}  # each included file is read once per load
+        self.used_ssh_config = False
+        """Whether a host took settings from ssh config: the result then depends on more than the file."""
 
     def fail(self, message: str, where: Where, layer: _Layer | None = None) -> InventoryError:
         """An error at ``where`` inside ``layer`` (or the file itself)."""
@@ -259,6 +268,8 @@ class _Builder:
     def layer(self, settings: HostSettings | None, where: Where, hosts: Collection[str]) -> _Layer:
         """The fields a section of the file sets, with paths made absolute, after checking the
         references and patterns in it."""
+        from remote_bash._inventory_file import suggest
+
         values = settings.model_dump(exclude_unset=True) if settings is not None else {}
         for key, value in values.items():
             if isinstance(value, Path):  # relative to the inventory's directory, ~ expanded
@@ -295,6 +306,7 @@ class _Builder:
                 raise self.fail(f"{pattern!r} cannot be used: {exc}", where, layer) from None
 
     def ssh_layer(self, alias: str, origin: _Layer, hosts: Collection[str], own: Collection[str] = ()) -> _Layer:
+        self.used_ssh_config = True
         if self._ssh_text is None:
             if not self.ssh_path.exists():
                 raise self.fail(
@@ -325,6 +337,8 @@ class _Builder:
         try:
             return Host.model_validate(data)
         except ValidationError as exc:
+            from remote_bash._inventory_file import explain, first_problem, yaml_path
+
             first, count = first_problem(exc, data)
             loc = yaml_path(first, data)
             more = f" (and {count - 1} more problems)" if count > 1 else ""
@@ -380,6 +394,8 @@ class _Builder:
         )
 
     def groups(self, spec: Mapping[str, GroupEntry | None], hosts: Collection[str]) -> _Groups:
+        from remote_bash._inventory_file import GroupEntry, suggest
+
         result = _Groups()
         children: dict[str, list[str]] = {}
         for name, body in spec.items():
@@ -438,13 +454,30 @@ def load_inventory(
     ``ssh_config_path`` replaces ``~/.ssh/config`` for hosts that name an ``ssh_config`` alias.
     """
     file = Path(path)
-    doc, lines = parse_yaml(read_text(file, "inventory file"), str(file))
+    inventory, _ = resolve(file, read_bytes(file, "inventory file"), ssh_config_path=ssh_config_path)
+    return inventory
+
+
+def resolve(
+    file: Path, data: bytes, *, ssh_config_path: str | os.PathLike[str] | None = None
+) -> tuple[Inventory, bool]:
+    """The inventory ``data`` (the bytes of ``file``) declares, and whether resolving it read ssh config
+    (it then depends on more files than ``file``)."""
+    doc, lines = parse_yaml(decode_text(data, file, "inventory file"), str(file))
     if doc is None:
         raise InventoryError("the file is empty; expected a mapping with a 'hosts' section", path=str(file))
+    from remote_bash._inventory_file import validate_file
+
     spec: InventoryFile = validate_file(doc, str(file), lines)
     ssh_path = Path(ssh_config_path).expanduser() if ssh_config_path is not None else None
-    inventory = _Builder(file, lines, ssh_path).build(spec, doc.get("defaults") or {})
+    builder = _Builder(file, lines, ssh_path)
+    inventory = builder.build(spec, doc.get("defaults") or {})
+    adopt(inventory)
+    return inventory, builder.used_ssh_config
+
+
+def adopt(inventory: Inventory) -> None:
+    """Mark ``inventory``'s hosts as its own: a session made from one of them alone is gated by it
+    (access.Gate.of)."""
     for host in inventory.hosts.values():
-        # A session made from one of these hosts alone is gated by this inventory (access.Gate.of).
         _set_inventory(host, inventory)
-    return inventory

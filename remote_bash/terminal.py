@@ -18,14 +18,16 @@ Two jobs over plain ``str``, both one linear pass:
 The scanner uses regular expressions only as single character classes (a run of one class) and
 one pattern of whole well-formed sequences whose runs are all possessive, so nothing can
 backtrack, and every character is looked at a bounded number of times. This module does no I/O
-and imports nothing of the package.
+and imports nothing of the package but :mod:`remote_bash._escape`, where :func:`escape` lives (a
+kept call's client loads that alone, not the scanner's patterns).
 """
 
 from __future__ import annotations
 
 import codecs
-import functools
 import re
+
+from remote_bash._escape import escape, escape_json
 
 __all__ = ["GROUND", "ByteTracker", "Stripper", "escape", "escape_json", "strip"]
 
@@ -187,48 +189,3 @@ class ByteTracker:
             return
         self.state = _scan(self._decoder.decode(data), self.state, False)[1]
         self._held = bool(self._decoder.getstate()[0])
-
-
-# -- the operator's terminal ------------------------------------------------------------------------
-
-_ESCAPED_RANGES = [
-    (0x00, 0x08), (0x0B, 0x1F), (0x7F, 0x9F),  # C0 but tab and newline, DEL, C1
-    (0x00AD, 0x00AD), (0x061C, 0x061C), (0x180E, 0x180E), (0x200B, 0x200F),  # invisible, bidi marks
-    (0x2028, 0x202E), (0x2060, 0x206F), (0xFEFF, 0xFEFF), (0xFFF9, 0xFFFB),  # separators, bidi, invisible
-    (0xD800, 0xDFFF),  # lone surrogates: not text, and no terminal encoding takes them
-    (0xE0000, 0xE007F),  # tag characters: invisible
-]
-_VISIBLE = re.compile("[" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in _ESCAPED_RANGES) + "]")
-
-
-def _c_escape(o: int) -> str:
-    if o <= 0xFF:
-        return f"\\x{o:02x}"
-    return f"\\u{o:04x}" if o <= 0xFFFF else f"\\U{o:08x}"
-
-
-def _json_escape(o: int) -> str:
-    if o <= 0xFFFF:
-        return f"\\u{o:04x}"
-    o -= 0x10000
-    return f"\\u{0xD800 + (o >> 10):04x}\\u{0xDC00 + (o & 0x3FF):04x}"
-
-
-@functools.cache
-def _table(json: bool) -> dict[int, str]:
-    # Built on first use: most runs never need it, and the command line should start fast.
-    how = _json_escape if json else _c_escape
-    return {o: how(o) for a, b in _ESCAPED_RANGES for o in range(a, b + 1)}
-
-
-def escape(text: str) -> str:
-    """``text`` with every character a terminal could act on, or that would not show, written as
-    ``\\xHH``, ``\\uHHHH`` or ``\\UHHHHHHHH``; newline and tab are kept. Plain text is unchanged."""
-    return text.translate(_table(False)) if _VISIBLE.search(text) else text
-
-
-def escape_json(text: str) -> str:
-    """:func:`escape` for JSON text (``json.dumps(..., ensure_ascii=False)``): the same characters as
-    JSON ``\\uXXXX`` escapes, so the JSON still decodes to the same values. Such characters can only
-    stand inside JSON strings, where these escapes are valid."""
-    return text.translate(_table(True)) if _VISIBLE.search(text) else text

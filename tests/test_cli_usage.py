@@ -98,6 +98,40 @@ def test_a_usage_error_names_the_command_and_its_usage(argv: list[str], expected
     assert usage_error(argv) == expected
 
 
+def _read(parser: argparse.ArgumentParser, words: list[str]) -> tuple[str, object]:
+    try:
+        return "options", vars(parser.parse_args(words))
+    except _output._UsageError as exc:
+        return "usage error", str(exc)
+    except SystemExit as exc:
+        return "exit", exc.code
+
+
+@pytest.mark.parametrize("words", [
+    ["exec", "web-1"], ["--inventory", "i.yaml", "--allow=web", "--debug", "exec", "--keep", "web-1"],
+    ["--inventory=i.yaml", "fleet", "exec", "--forks", "3", "web"], ["fleet", "run", "web", "task", "--serial", "2"],
+    ["fleet", "exe", "web"], ["fleet"], ["exec", "--workers", "3"], ["exc", "web-1"], ["--bogus", "hosts"],
+    ["--inventory"], ["--inventory", "--debug", "exec"], ["--allow", "x"], [], ["hosts", "--json", "web"],
+    ["audit", "show", "web-1", "--since", "2025-01-31T12:00:00+00:00"],
+    ["audit", "key", "init", "--file", "k"], ["sandbox", "status"],
+    ["credentials", "set", "web-1"], ["sessions", "stop", "--all"], ["mcp", "--http", "127.0.0.1:8080"],
+    ["shell", "web-1", "--timeout", "0"], ["run", "--host", "h", "t", "--tools", "bash"], ["check", "--forks", "x"],
+    ["exec", "--help"], ["fleet", "exec", "--help"], ["--help"], ["-h", "exec"], ["exec", "-h"],
+])
+def test_reading_only_the_named_command_gives_what_the_whole_grammar_gives(
+        words: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """The grammar is built for the command the words name alone (a plain command line reads faster):
+    the options, the error line and the help are those of the whole grammar."""
+    whole = (_read(_grammar._parser(), words), capsys.readouterr())
+    only = (_read(_grammar._parser(_grammar._command_word(words)), words), capsys.readouterr())
+    assert only == whole
+
+
+def test_the_command_names_the_quick_reading_knows_are_the_grammars() -> None:
+    top = next(a for a in _grammar._parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(top.choices) == _grammar._COMMANDS
+
+
 def test_options_of_one_command_are_not_accepted_by_another() -> None:
     """Each leaf parser refuses every option that only some other leaf has."""
     own = {p.prog: {o for a in p._actions for o in a.option_strings} for p in leaves()}

@@ -249,6 +249,8 @@ def test_a_kept_call_imports_no_ssh_stack_nor_models(env: dict[str, str]) -> Non
     heavy = {name for name in imported if name.split(".")[0] in ("asyncssh", "pydantic", "yaml", "anthropic")}
     assert not heavy
     assert not {"remote_bash.models", "remote_bash.session", "remote_bash.inventory"} & imported
+    # Nor the terminal scanner's patterns: printing needs only the escaping.
+    assert "remote_bash.terminal" not in imported
     # The plain shape never loads the parser either (the fast path of cli.main).
     assert not {"argparse", "remote_bash.cli._app"} & imported
 

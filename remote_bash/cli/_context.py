@@ -35,6 +35,7 @@ class _Context:
         self.allow: str | None = args.allow
         self.debug: bool = args.debug
         self._keyring_key: Callable[[], str | None] | None = None
+        self._loaded: Inventory | None = None
 
     @property
     def audit_dir(self) -> Path:
@@ -50,13 +51,18 @@ class _Context:
         return default_inventory_path(self.args.inventory, self.env)
 
     def load(self) -> Inventory | None:
-        """The configured inventory, or None when there is none (the sandbox host is used)."""
-        path = self.inventory_path()
-        if path is None:
-            return None
-        from remote_bash.inventory import load_inventory
+        """The configured inventory, or None when there is none (the sandbox host is used).
 
-        return load_inventory(path)
+        Read once per command (the sessions and their audit keys see the same one), through the
+        per-user cache of resolved inventories (:mod:`remote_bash._inventory_cache`)."""
+        if self._loaded is None:
+            path = self.inventory_path()
+            if path is None:
+                return None
+            from remote_bash._inventory_cache import cached_inventory
+
+            self._loaded = cached_inventory(path, self.env)
+        return self._loaded
 
     @contextlib.contextmanager
     def inventory(self) -> Iterator[Inventory]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from ._output import (
     ERROR,
@@ -168,17 +168,34 @@ def _json_option(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--json", action="store_true", help=what)
 
 
-class _Commands:
-    """Adds commands, and actions of commands, each with its summary, example, usage and exit statuses."""
+class _Unused:
+    """Stands for the parser of a command this command line does not run: takes every call, keeps nothing."""
 
-    def __init__(self, parser: argparse.ArgumentParser, common: _Parser, *, title: str) -> None:
+    prog = ""
+
+    def __getattr__(self, name: str) -> Callable[..., _Unused]:
+        return lambda *args, **kwargs: self
+
+
+class _Commands:
+    """Adds commands, and actions of commands, each with its summary, example, usage and exit statuses.
+
+    With ``only``, the other commands get a name and a summary (all the top level shows of them)
+    but no parser of their own: building every command's options costs a command line more than
+    reading it."""
+
+    def __init__(self, parser: argparse.ArgumentParser, common: _Parser, *, title: str,
+                 only: str | None = None) -> None:
         self.sub = parser.add_subparsers(dest=title.lower(), metavar=title, required=True, parser_class=_Parser,
                                          help=f"one of these ('{parser.prog} {title} --help' shows its options)")
         self.common = common
         self.prog = parser.prog
+        self.only = only
 
     def add(self, name: str, summary: str, usage: str, example: str,
             *codes: tuple[int | str, str]) -> argparse.ArgumentParser:
+        if self.only is not None and name != self.only:
+            return cast("argparse.ArgumentParser", _Unused())
         parser = self.sub.add_parser(
             name, prog=f"{self.prog} {name}", parents=[self.common], help=summary, description=summary, usage=usage,
             formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -188,7 +205,8 @@ class _Commands:
         return parser
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole grammar; with ``only``, that command's alone (see :func:`_command_word`)."""
     common = _Parser(add_help=False)
     _globals(common, top=False)
     parser = _Parser(
@@ -202,7 +220,7 @@ def _parser() -> argparse.ArgumentParser:
                f"'{PROG} COMMAND --help' shows a command's options and its exit statuses.\n\n{EXIT_CODES}",
     )
     _globals(parser, top=True)
-    commands = _Commands(parser, common, title="COMMAND")
+    commands = _Commands(parser, common, title="COMMAND", only=only)
     add = commands.add
 
     p = add("exec", "Run one command on a host (no model) and exit with its status.",
@@ -419,12 +437,34 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     if "--" in words:
         cut = words.index("--")
         words, after = words[:cut], words[cut + 1 :]
-    args = _parser().parse_args(words)
+    args = _parser(_command_word(words)).parse_args(words)
     if after is not None and args.handler not in _TAKE_WORDS:
         command = " ".join(w for w in (PROG, args.command, getattr(args, "action", None)) if isinstance(w, str))
         raise _UsageError(f"{command}: takes nothing after '--'; see '{command} --help'")
     args.words = after
     return args
+
+
+_GLOBAL_VALUED = frozenset({"--inventory", "--allow", "--audit-dir"})
+_COMMANDS = frozenset({"exec", "sessions", "shell", "run", "hosts", "check", "credentials", "audit", "sandbox", "mcp",
+                       "fleet"})
+
+
+def _command_word(words: Sequence[str]) -> str | None:
+    """The command ``words`` (before any ``--``) name, when they are the plain ``[GLOBAL...] COMMAND ...``
+    that only that command's parser needs to read; None for anything else (``--help`` before the
+    command, an unknown word or option, no command), which the whole grammar then reads and judges."""
+    i = 0
+    while i < len(words):
+        word = words[i]
+        name, equals, _ = word.partition("=")
+        if name in _GLOBAL_VALUED:
+            i += 1 if equals else 2
+        elif word == "--debug":
+            i += 1
+        else:
+            return word if word in _COMMANDS else None
+    return None
 
 
 _TAKE_WORDS = frozenset({"_exec:_cmd_exec", "_run:_cmd_run", "_fleet:_cmd_fleet"})

@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from remote_bash.terminal import escape, escape_json
+from remote_bash._escape import escape, escape_json
 
 TYPE_CHECKING = False  # not typing's: the kept-session client loads this module, and typing costs it
 if TYPE_CHECKING:

@@ -18,18 +18,21 @@ import contextlib
 import os
 import signal
 import sys
-import threading
 import time
-from types import FrameType
-from typing import Any
 
 from ._output import EXIT_INTERRUPTED, PROG, _err
+
+TYPE_CHECKING = False  # not typing's: a kept call's client loads this module, and typing costs it
+if TYPE_CHECKING:
+    import threading
+    from types import FrameType
+    from typing import Any
 
 CLEANUP_DEADLINE = 30.0  # killing a command takes three rounds of at most 10 s each (session._kill_call)
 EXIT_GRACE = 5.0  # after cleanup: a thread stuck in a blocking read (shell's input()) must not hold the exit
 
 _received: list[int] = []
-_finished = threading.Event()
+_finished: list[threading.Event] = []  # made with the first signal (threading loads only then)
 _started = 0.0
 
 
@@ -38,11 +41,13 @@ def install() -> dict[int, Any]:
 
     Only the main thread can set handlers: called from another (main() used as a library), it
     changes nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}
     previous: dict[int, Any] = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        previous[sig] = signal.signal(sig, _on_signal)
+    try:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, _on_signal)
+    except ValueError:  # not the main thread (the first call refuses, so nothing was changed)
+        restore(previous)
+        return {}
     return previous
 
 
@@ -66,8 +71,8 @@ def status(code: int) -> int:
     signum = received()
     if signum is None:
         return code
-    if not _finished.is_set():
-        _finished.set()
+    if not _finished[0].is_set():
+        _finished[0].set()
         _err(f"{PROG}: stopped by {name(signum)}: as on Ctrl-C, what was running on a host was killed and "
              "audited, and the sessions closed")
     return 128 + signum
@@ -90,6 +95,9 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
             _err(f"{PROG}: {name(signum)}: already stopping (killing what runs on the host and auditing it); "
                  f"giving up in at most {left:.0f} s")
         return
+    import threading
+
+    _finished.append(threading.Event())
     _received.append(signum)
     _started = time.monotonic()
     threading.Thread(target=_watchdog, args=(signum,), name="remote-bash-stop", daemon=True).start()
@@ -106,7 +114,7 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 
 
 def _watchdog(signum: int) -> None:
-    if _finished.wait(CLEANUP_DEADLINE):
+    if _finished[0].wait(CLEANUP_DEADLINE):
         # Cleaned up and said so: the interpreter exits on its own, unless a thread blocked in a
         # read (shell's input()) holds it; then it must not wait for a line that never comes.
         time.sleep(EXIT_GRACE)

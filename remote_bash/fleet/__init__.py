@@ -28,7 +28,8 @@ prints or reads argv: the CLI does that with :func:`format_recap` and :func:`wri
 
 from __future__ import annotations
 
-from .host_tool import HostBashTool
+from typing import TYPE_CHECKING, Any
+
 from .pool import FleetPool, SessionFactory, exec, fleet_exec
 from .recap import format_recap, format_run_recap, write_output_dir, write_run_output_dir
 from .results import (
@@ -40,7 +41,30 @@ from .results import (
     HostRun,
     OutputGroup,
 )
-from .runner import run
+
+if TYPE_CHECKING:
+    from .host_tool import HostBashTool
+    from .runner import run
+
+# The conversations' side (the tools, approval, the runner) is imported on first use: ``fleet exec``
+# never needs it, and a command line should not pay for it at start.
+_LAZY = {"HostBashTool": "host_tool", "run": "runner"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "Conversation",
