@@ -21,14 +21,16 @@ This module does no I/O; everything here is plain functions over bytes and str.
 
 from __future__ import annotations
 
-import hashlib
+import concurrent.futures
+import os
 import re
 import secrets
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import terminal
+from ._digest import EMPTY_SHA256, StreamDigest
 
 __all__ = [
     "HEADER_SIZE",
@@ -89,26 +91,26 @@ def shell_quote(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
 
-@dataclass(frozen=True)
 class CallToken:
-    """The identity of one call: its sentinel and the tag its processes carry."""
+    """The identity of one call: its sentinel and the tag its processes carry. Read-only by use:
+    nothing changes a token once it is made (a plain slotted class: one is made per call)."""
 
-    nonce: str
-    call_id: str = field(init=False)
-    """The first half of the nonce: exported as the call's process tag."""
-    second: str = field(init=False)
-    marker: bytes = field(init=False)
-    """The bytes that open this call's sentinel; never present in what is sent."""
+    __slots__ = ("call_id", "marker", "nonce", "second")
 
-    def __post_init__(self) -> None:
-        # Computed once: a call reads them several times on the hot path.
-        object.__setattr__(self, "call_id", self.nonce[:12])
-        object.__setattr__(self, "second", self.nonce[12:])
-        object.__setattr__(self, "marker", b"\x1eRB" + self.nonce.encode() + b":")
+    def __init__(self, nonce: str) -> None:
+        self.nonce = nonce
+        self.call_id = nonce[:12]
+        """The first half of the nonce: exported as the call's process tag."""
+        self.second = nonce[12:]
+        self.marker = b"\x1eRB" + nonce.encode() + b":"
+        """The bytes that open this call's sentinel; never present in what is sent."""
+
+    def __repr__(self) -> str:
+        return f"CallToken({self.nonce!r})"
 
     @classmethod
     def new(cls) -> CallToken:
-        return cls(secrets.token_hex(12))
+        return cls(os.urandom(12).hex())  # what secrets.token_hex(12) does, without its two calls
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,7 @@ def frame_command(command: str, token: CallToken, names: ShellNames, *, stdin: s
     """
     if "\x00" in command:
         raise ValueError("the command contains a NUL byte, which bash cannot pass on")
-    if _SURROGATE.search(command):
+    if not command.isascii() and _SURROGATE.search(command):
         raise ValueError("the command contains a lone surrogate code point, which is not valid text")
     text = command or " "  # read -N 0 fails: an empty command is sent as a blank
     if stdin is not None:
@@ -373,7 +375,14 @@ class FrameScanner:
         self._carry = b""
 
     def feed(self, chunk: bytes) -> ScanResult:
-        buf = self._carry + chunk if self._carry else chunk
+        if self._carry:
+            buf = self._carry + chunk
+        elif b"\x1e" not in chunk:
+            # Most chunks of a large output: a memchr, where a search for the marker costs several
+            # times more. With nothing held back and no \x1e, no sentinel starts here.
+            return ScanResult(chunk)
+        else:
+            buf = chunk
         at = buf.find(self._marker)
         if at >= 0:
             end = buf.find(b"\x1e", at + len(self._marker))
@@ -406,42 +415,55 @@ class FrameScanner:
         return self._carry
 
 
-@dataclass
 class OutputCapture:
     """Keeps the first and last ``limit`` bytes of a stream, its size and its SHA-256.
 
-    Memory stays bounded whatever the stream's size; every byte is hashed.
+    Memory stays bounded whatever the stream's size; every byte is hashed (a large stream in
+    batches on a worker thread: see :mod:`remote_bash._digest`). What a call with no output
+    never needs (the digest's state, the tail, the escape-sequence tracker) is made at its
+    first byte: a capture is made per call.
     """
 
-    limit: int
-    head: bytearray = field(default_factory=bytearray)
-    total: int = 0
-    _tail: deque[bytes] = field(default_factory=deque)
-    _tail_size: int = 0
-    _sha: hashlib._Hash = field(default_factory=hashlib.sha256)
-    _escapes: terminal.ByteTracker = field(default_factory=terminal.ByteTracker)
-    _tail_states: deque[int] = field(default_factory=deque)
-    """The escape-sequence state where each chunk of ``_tail`` starts (after the bytes that end a
-    character begun in the chunk before), so the tail is stripped as a terminal would read it
-    even when the cut falls inside a sequence."""
+    __slots__ = ("_digest", "_escapes", "_tail", "_tail_size", "_tail_states", "head", "limit", "total")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.head = bytearray()
+        self.total = 0
+        self._digest: StreamDigest | None = None
+        self._escapes: terminal.ByteTracker | None = None
+        self._tail: deque[bytes] = _NO_CHUNKS
+        self._tail_size = 0
+        self._tail_states: deque[int] = _NO_STATES
+        """The escape-sequence state where each chunk of ``_tail`` starts (after the bytes that end a
+        character begun in the chunk before), so the tail is stripped as a terminal would read it
+        even when the cut falls inside a sequence."""
 
     def add(self, data: bytes) -> None:
         if not data:
             return
         self.total += len(data)
-        self._sha.update(data)
+        digest = self._digest
+        if digest is None:
+            digest = self._digest = StreamDigest()
+            self._escapes = terminal.ByteTracker()
+        digest.update(data)
+        escapes = self._escapes
+        assert escapes is not None
         room = self.limit - len(self.head)
         if room > 0:
             self.head += data[:room]
-            self._escapes.feed(data[:room])
+            escapes.feed(data[:room])
             data = data[room:]
             if not data:
                 return
+        if self._tail is _NO_CHUNKS:
+            self._tail, self._tail_states = deque(), deque()
         lead = _continuation_bytes(data) if 0x80 <= data[0] < 0xC0 else 0
         if lead:
-            self._escapes.feed(data[:lead])
-        self._tail_states.append(self._escapes.state)
-        self._escapes.feed(data[lead:] if lead else data)
+            escapes.feed(data[:lead])
+        self._tail_states.append(escapes.state)
+        escapes.feed(data[lead:] if lead else data)
         self._tail.append(data)
         self._tail_size += len(data)
         while self._tail_size - len(self._tail[0]) >= self.limit:
@@ -458,9 +480,19 @@ class OutputCapture:
         :attr:`tail`), and the escape-sequence state there."""
         return b"".join(self._tail), self._tail_states[0] if self._tail_states else terminal.GROUND
 
+    def hashing(self) -> concurrent.futures.Future[None] | None:
+        """The batch of this stream being hashed on the worker thread, if one is: an async caller
+        awaits it before reading :attr:`sha256`, which would otherwise wait for it in place."""
+        return None if self._digest is None else self._digest.in_flight()
+
     @property
     def sha256(self) -> str:
-        return self._sha.hexdigest()
+        return EMPTY_SHA256 if self._digest is None else self._digest.hexdigest()
+
+
+_NO_CHUNKS: deque[bytes] = deque(maxlen=0)
+"""The tail of a capture that has none yet: shared, never added to (a capture swaps in its own)."""
+_NO_STATES: deque[int] = deque(maxlen=0)
 
 
 _JOB_NOISE = re.compile(
@@ -606,8 +638,10 @@ def render_output(capture: OutputCapture, limit: int,
     away) is masked up to the key's END line. ``redact_head`` and ``redact_tail`` (the
     redactor's own, when it has them) redact the kept start and end knowing where the capture
     cut them, so a secret the capture's own cut falls into is not shown in part either.
-    Returns (text, truncated).
+    Returns (text, truncated): ``("", False)`` for no output at all (there is nothing to mask).
     """
+    if not capture.total:
+        return "", False
     if capture.total <= capture.limit:
         text = redact(clean_text(bytes(capture.head).decode("utf-8", "replace"), redact=redact))
         if len(text) <= limit:

@@ -90,6 +90,41 @@ def test_capture_keeps_head_tail_size_and_hash(chunks: list[bytes], limit: int) 
         assert len(cap.tail) == min(limit, len(whole) - limit)
 
 
+@settings(max_examples=40, deadline=None)
+@given(sizes=st.lists(st.integers(1, 400_000), min_size=1, max_size=12), seed=st.integers(0, 2**32),
+       peeks=st.sets(st.integers(0, 11)))
+def test_a_large_stream_hashed_in_batches_has_the_plain_digest(sizes: list[int], seed: int, peeks: set[int]) -> None:
+    # Batches go to a worker thread past _digest.BATCH; the digest is hashlib's whatever the split,
+    # read midway or not, awaited or read in place.
+    import hashlib
+    import random
+
+    rng = random.Random(seed)
+    cap = OutputCapture(limit=1000)
+    whole = hashlib.sha256()
+    for at, size in enumerate(sizes):
+        chunk = rng.randbytes(size)
+        cap.add(chunk)
+        whole.update(chunk)
+        if at in peeks:
+            hashing = cap.hashing()
+            if hashing is not None and at % 2:
+                hashing.result()
+            assert cap.sha256 == whole.hexdigest()
+    assert cap.total == sum(sizes)
+    assert cap.sha256 == whole.hexdigest()
+
+
+def test_no_output_has_the_empty_digest_and_renders_empty() -> None:
+    import hashlib
+
+    cap = OutputCapture(limit=100)
+    cap.add(b"")
+    assert cap.total == 0 and cap.sha256 == hashlib.sha256(b"").hexdigest()
+    assert cap.hashing() is None and cap.tail == b"" and cap.tail_chunks() == (b"", 0)
+    assert render_output(cap, 100, lambda text: text) == ("", False)
+
+
 @given(text=st.text(max_size=300))
 def test_clean_text_leaves_no_escape_or_control_characters(text: str) -> None:
     cleaned = clean_text(text)
