@@ -303,3 +303,27 @@ class CommandResult(_Config):
     def ok(self) -> bool:
         """True when the command ran to completion with exit status 0."""
         return self.exit_code == 0 and not self.timed_out and not self.shell_lost
+
+    @classmethod
+    def _from_session(cls, *, command: str, output: str, exit_code: int | None, timed_out: bool, truncated: bool,
+                      shell_lost: bool, duration: float, output_bytes: int, output_sha256: str, timeout: float,
+                      kill: KillReport | None) -> CommandResult:
+        """The result a session built from values it computed itself, every field given with its
+        type (the signature says which, and mypy holds the caller to it): made as pydantic's
+        ``model_construct`` makes a model, without its generic field loop, and without validation,
+        which would cost more than the rest of the call's Python. Equal in every way to the
+        validated model (tests compare the two)."""
+        result = cls.__new__(cls)
+        _set(result, "__dict__", {
+            "command": command, "output": output, "exit_code": exit_code, "timed_out": timed_out,
+            "truncated": truncated, "shell_lost": shell_lost, "duration": duration, "output_bytes": output_bytes,
+            "output_sha256": output_sha256, "timeout": timeout, "kill": kill,
+        })
+        _set(result, "__pydantic_fields_set__", set(_RESULT_FIELDS))
+        _set(result, "__pydantic_extra__", None)
+        _set(result, "__pydantic_private__", None)
+        return result
+
+
+_set = object.__setattr__
+_RESULT_FIELDS = frozenset(CommandResult.model_fields)

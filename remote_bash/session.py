@@ -130,7 +130,8 @@ class _Call:
         self.token = token
         self.scanner = framing.FrameScanner(token)
         self.capture = framing.OutputCapture(limit=_capture_limit(limit))
-        self.done = asyncio.get_running_loop().create_future()
+        self.outcome: bool | None = None
+        """True once the sentinel came, False once the shell ended without it; None until then."""
         self.waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         """Resolved True by the sentinel or the shell's end, False by a deadline; rearmed after."""
         self.status: int | None = None
@@ -156,8 +157,8 @@ class _Call:
         if result.done:
             self.status = result.status
             self.restart = result.restart
-            if not self.done.done():
-                self.done.set_result(True)
+            if self.outcome is None:
+                self.outcome = True
             if not self.waiter.done():
                 self.waiter.set_result(True)
             return result.rest
@@ -173,20 +174,20 @@ class _Call:
 
     def end(self) -> None:
         """The shell's channel closed: wake whoever waits for this call."""
-        if not self.done.done():
-            self.done.set_result(False)
+        if self.outcome is None:
+            self.outcome = False
         if not self.waiter.done():
             self.waiter.set_result(True)
 
     def rearm(self) -> None:
         """A fresh waiter after a wait ended by the deadline (the kill phase waits again)."""
-        if self.waiter.done() and not self.done.done():
+        if self.waiter.done() and self.outcome is None:
             self.waiter = asyncio.get_running_loop().create_future()
 
     @property
     def finished(self) -> bool:
         """True when the sentinel was seen."""
-        return self.done.done() and self.done.result() is True
+        return self.outcome is True
 
 
 class _LiveOutput:
@@ -249,6 +250,9 @@ class RemoteBashSession:
         if redactor is None:
             redactor = _host_redactor(tuple(host.redact))
         self._redactor = redactor
+        # The redactor's head/tail forms, when it has them, know where the capture cut the output.
+        self._redact_head: Callable[[str], str] | None = getattr(redactor, "redact_head", None)
+        self._redact_tail: Callable[[str], str] | None = getattr(redactor, "redact_tail", None)
         if audit is None:
             audit = default_audit(redactor, {host.name: host.audit_key_file})
         self._audit: AuditSink | None = audit or None
@@ -258,6 +262,7 @@ class RemoteBashSession:
         self.jump_hosts = list(jump_hosts)
         self._kill_grace = kill_grace
         self._lock = asyncio.Lock()
+        self._deadline = _Deadline()
         self._conn: SshConnection | None = None
         self._shell: ShellChannel | None = None
         self._call: _Call | None = None
@@ -305,6 +310,7 @@ class RemoteBashSession:
         async with self._lock:
             await self._stopped()
             report = await self._drop_shell(kill=True)
+            self._deadline.cancel()
             if self._conn is not None:
                 await self._conn.close()
                 self._conn = None
@@ -388,7 +394,7 @@ class RemoteBashSession:
         env = {**self.host.env, "REMOTE_BASH_SESSION": self.session_id}
         try:
             shell.write(framing.init_script(token, self._names, env, ulimits, self.host.limits.nice))
-            await asyncio.wait([startup.done], timeout=self.host.connect_timeout)
+            await self._wait(startup, shell, self.host.connect_timeout)
         except (Exception, asyncio.CancelledError):
             # Cancelled or failed half-way: this shell's start-up output must not reach a call.
             self._call = None
@@ -563,7 +569,9 @@ class RemoteBashSession:
                 self.state = SessionState.OPEN
             self._running = asyncio.current_task()
             try:
-                await self._ensure_shell()
+                shell = self._shell
+                if self._stopping is not None or shell is None or shell.closed.is_set() or shell.exited:
+                    await self._ensure_shell()
                 if stdin is not None:
                     return await self._run_fed(command, deadline_s, tool_use_id, on_output, stdin)
                 return await self._run_locked(command, deadline_s, tool_use_id, on_output)
@@ -651,8 +659,9 @@ class RemoteBashSession:
         token = framing.CallToken.new()
         frame = framing.frame_command(command, token, self._names, restart=self._driver_left,
                                       stdin=self._feed.path if self._feed is not None else None)
-        await self._audit_write("exec.start", command=command, tool_use_id=tool_use_id, timeout=timeout,
-                                call_id=token.call_id, strict=True)
+        if self._audit is not None:
+            await self._audit_write("exec.start", command=command, tool_use_id=tool_use_id, timeout=timeout,
+                                    call_id=token.call_id, strict=True)
         live = _LiveOutput(on_output, self._redactor) if on_output is not None else None
         call = _Call(token, self.host.output_limit, live.feed if live is not None else None)
         call.live = live
@@ -661,11 +670,10 @@ class RemoteBashSession:
             # counted and hashed like the rest of it.
             call.capture, self._between = self._between, None
         self._call = call
-        started = time.monotonic()
         kill: KillReport | None = None
         timed_out = False
+        started = call.sent_at = time.monotonic()
         try:
-            call.sent_at = time.monotonic()
             shell.write(frame)
             self._driver_left = False
             if self._feed is not None:
@@ -730,17 +738,22 @@ class RemoteBashSession:
 
     async def _wait(self, call: _Call, shell: ShellChannel, timeout: float) -> bool:
         """Wait for the sentinel, the shell's end, or the deadline. True unless the deadline passed."""
-        if call.done.done():
+        if call.outcome is not None:
             return True
         if shell.closed.is_set() or shell.exited:
             call.end()
             return True
-        # A bare future and one timer: asyncio.wait would add a waiter and callbacks per call.
-        timer = asyncio.get_running_loop().call_later(timeout, _expire, call.waiter)
+        # A bare future and the session's one timer: asyncio.wait would add a waiter and callbacks,
+        # and a timer of its own would be made and cancelled, per call.
+        waiter = call.waiter
+        timer = self._deadline.arm(waiter, timeout)
         try:
-            return await call.waiter
+            return await waiter
         finally:
-            timer.cancel()
+            if timer is None:
+                self._deadline.disarm(waiter)
+            else:
+                timer.cancel()
             call.rearm()
 
     async def _kill_call(self, call: _Call, shell: ShellChannel, conn: SshConnection, why: str) -> KillReport:
@@ -836,7 +849,7 @@ class RemoteBashSession:
                 await self._audit_write("exec.end", command=command, tool_use_id=tool_use_id,
                                         call_id=call.token.call_id, error=error, exit_code=None,
                                         duration=round(duration, 6), output_bytes=call.capture.total,
-                                        output_sha256=call.capture.sha256, strict=False)
+                                        output_sha256=await _sha256(call.capture), strict=False)
                 if call.live is not None:
                     call.live.flush()
                 self._conn = None
@@ -857,7 +870,8 @@ class RemoteBashSession:
             if timed_out:
                 exit_code = None
         text, truncated = self._render(call.capture)
-        result = CommandResult(
+        sha256 = await _sha256(call.capture)
+        result = CommandResult._from_session(
             command=self._redact(command),  # shown and stored (--json, fleet files): masked like the output
             output=text,
             exit_code=exit_code,
@@ -866,7 +880,7 @@ class RemoteBashSession:
             shell_lost=shell_lost,
             duration=duration,
             output_bytes=call.capture.total,
-            output_sha256=call.capture.sha256,
+            output_sha256=sha256,
             timeout=timeout,
             kill=kill,
         )
@@ -876,7 +890,7 @@ class RemoteBashSession:
                 exit_code=exit_code, duration=round(duration, 6), timed_out=timed_out, shell_lost=shell_lost,
                 exit_signal=shell.exit_signal if shell_lost else None,
                 kill=kill.model_dump() if kill else None, output_bytes=call.capture.total,
-                output_sha256=call.capture.sha256, output_head=text[:500], output_tail=text[-500:] if
+                output_sha256=sha256, output_head=text[:500], output_tail=text[-500:] if
                 len(text) > 500 else None, truncated=truncated, strict=False,
             )
         return result
@@ -911,10 +925,8 @@ class RemoteBashSession:
         return self._redactor.redact(text) if self._redactor is not None else text
 
     def _render(self, capture: framing.OutputCapture) -> tuple[str, bool]:
-        # The redactor's head/tail forms, when it has them, know where the capture cut the output.
         return framing.render_output(capture, self.host.output_limit, self._redact,
-                                     redact_head=getattr(self._redactor, "redact_head", None),
-                                     redact_tail=getattr(self._redactor, "redact_tail", None))
+                                     redact_head=self._redact_head, redact_tail=self._redact_tail)
 
     async def _audit_write(self, event: str, *, strict: bool = False, **fields: Any) -> None:
         if self._audit is None:
@@ -942,6 +954,15 @@ class RemoteBashSession:
             if strict:
                 raise AuditError(f"cannot write the audit log ({exc}); the command was not run",
                                  host=self.host.name) from exc
+
+
+async def _sha256(capture: framing.OutputCapture) -> str:
+    """The capture's digest, once the batch a worker thread may still be hashing is done: waited
+    for here, off the loop's thread (shielded: a cancel must not drop a batch from the digest)."""
+    hashing = capture.hashing()
+    if hashing is not None:
+        await asyncio.shield(asyncio.wrap_future(hashing))
+    return capture.sha256
 
 
 def _capture_limit(output_limit: int) -> int:
@@ -977,6 +998,62 @@ def _unchecked(scan: reaper.KillScan, since: int | None, what: str) -> str | Non
 def _expire(waiter: asyncio.Future[bool]) -> None:
     if not waiter.done():
         waiter.set_result(False)
+
+
+class _Deadline:
+    """A session's deadline timer, kept from call to call: a call arms it, and it is moved only
+    when the new deadline comes sooner. Where it fires before the armed deadline (armed earlier
+    for a longer one, or for a wait that ended), it sets itself again for what is left; a deadline
+    reached resolves the waiter False, exactly when a timer of the call's own would have."""
+
+    __slots__ = ("_at", "_handle", "_loop", "_waiter")
+
+    def __init__(self) -> None:
+        self._handle: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiter: asyncio.Future[bool] | None = None
+        self._at = 0.0
+
+    def arm(self, waiter: asyncio.Future[bool], timeout: float) -> asyncio.TimerHandle | None:
+        """Resolve ``waiter`` False in ``timeout`` seconds unless it is done by then. Returns None,
+        or, when another wait holds this timer, a timer of the wait's own for the caller to cancel."""
+        loop = asyncio.get_running_loop()
+        if self._waiter is not None and not self._waiter.done():
+            return loop.call_later(timeout, _expire, waiter)
+        self._at = at = loop.time() + timeout
+        self._waiter = waiter
+        handle = self._handle
+        if handle is None or self._loop is not loop or handle.when() > at:
+            if handle is not None:
+                handle.cancel()
+            self._loop = loop
+            self._handle = loop.call_at(at, self._fire, at)
+        return None
+
+    def disarm(self, waiter: asyncio.Future[bool]) -> None:
+        """The wait for ``waiter`` ended: the timer, should it fire, finds nothing to do."""
+        if self._waiter is waiter:
+            self._waiter = None
+
+    def cancel(self) -> None:
+        """The session closed: drop the timer (unless a wait still holds it)."""
+        if self._waiter is not None and not self._waiter.done():
+            return
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle = self._waiter = None
+
+    def _fire(self, when: float) -> None:
+        self._handle = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return
+        if when >= self._at:
+            self._waiter = None
+            waiter.set_result(False)
+        else:
+            assert self._loop is not None
+            self._handle = self._loop.call_at(self._at, self._fire, self._at)
 
 
 def _operator() -> str:

@@ -15,6 +15,7 @@ import pytest
 
 from remote_bash import (
     AuthenticationFailed,
+    CommandResult,
     ConnectionLost,
     ConnectionRefused,
     ConnectTimeout,
@@ -225,6 +226,24 @@ async def test_timeout_kills_the_command_tree_and_keeps_the_shell(session: Remot
     assert processes_with(mark, hosts.user) == []
     after = await session.run("echo $KEEP; pwd")
     assert after.output == "1\n/tmp\n"
+
+
+async def test_each_call_keeps_its_own_deadline(session: RemoteBashSession) -> None:
+    # The session's deadline timer is kept from call to call: a sooner deadline after a later one
+    # must still come, and a later one after a sooner one must not come early.
+    assert not (await session.run("true", timeout=500)).timed_out
+    assert (await session.run("sleep 30", timeout=0.5)).timed_out
+    assert not (await session.run("true", timeout=0.3)).timed_out
+    r = await session.run("sleep 1; echo slept", timeout=20)
+    assert not r.timed_out and r.output == "slept\n"
+
+
+async def test_a_result_is_what_validating_its_fields_gives(session: RemoteBashSession) -> None:
+    # The session builds its results without validation (its fields are its own): nothing may tell.
+    for r in [await session.run("echo hi; exit 3"), await session.run("sleep 30", timeout=0.5)]:
+        again = CommandResult.model_validate(r.model_dump())
+        assert again == r and again.model_fields_set == r.model_fields_set
+        assert again.model_dump_json() == r.model_dump_json() and repr(again) == repr(r)
 
 
 async def test_command_ignoring_int_and_term_is_killed(session: RemoteBashSession, hosts: TestHosts) -> None:
