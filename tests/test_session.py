@@ -351,6 +351,32 @@ async def test_output_limit_is_configurable(web1: Host) -> None:
         assert r.output.startswith("1\n2\n") and r.output.endswith("99999\n100000\n")
 
 
+# -- ciphers ----------------------------------------------------------------------------------
+
+
+def _negotiated(session: RemoteBashSession) -> str:
+    assert session._conn is not None
+    return str(session._conn._conn.get_extra_info("recv_cipher"))
+
+
+async def test_aes_gcm_goes_first_where_the_cpu_has_aes(session: RemoteBashSession) -> None:
+    from remote_bash._ssh.connection import _cpu_has_aes
+
+    # sshd offers all of these; which one the session gets is the client's first choice.
+    expected = {"aes256-gcm@openssh.com"} if _cpu_has_aes() else {"chacha20-poly1305@openssh.com"}
+    assert _negotiated(session) in expected
+
+
+@pytest.mark.parametrize("cipher", ["chacha20-poly1305@openssh.com", "aes128-gcm@openssh.com", "aes256-gcm@openssh.com",
+                                    "aes128-ctr", "aes192-ctr", "aes256-ctr"])
+async def test_a_server_offering_one_cipher_is_reached(hosts: TestHosts, cipher: str) -> None:
+    # Every cipher OpenSSH offers by default stays in the list: a server that offers only one is reached.
+    host = hosts.start(f"only-{cipher.partition('@')[0]}", extra_config=(f"Ciphers {cipher}",))
+    async with RemoteBashSession(host, audit=False) as s:
+        assert (await s.run("echo ok")).output == "ok\n"
+        assert _negotiated(s) == cipher
+
+
 # -- restart, close, connection loss, connect errors ----------------------------------------
 
 

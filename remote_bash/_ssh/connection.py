@@ -12,6 +12,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import sys
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -257,6 +258,7 @@ async def _connect_one(host: Host, creds: Credentials, tunnel: asyncssh.SSHClien
         "connect_timeout": host.connect_timeout,
         "config": None,
         "tunnel": tunnel,
+        "encryption_algs": encryption_algs(),
         "preferred_auth": _PREFERRED_AUTH,
         "kbdint_auth": creds.password is not None,
         "password_auth": creds.password is not None,
@@ -340,6 +342,39 @@ def _key_digest(path: str) -> bytes:
 
 _PREFERRED_AUTH = ("publickey", "keyboard-interactive", "password")
 """One tuple that every connection's options keep (asyncssh would keep a list split from a string each)."""
+
+
+AES_GCM_FIRST = "^aes256-gcm@openssh.com,aes128-gcm@openssh.com"
+"""asyncssh's default ciphers with AES-GCM moved to the front (OpenSSH's ``^`` form): every cipher
+of the default list stays, for a server that offers no AES-GCM."""
+
+
+@functools.cache
+def encryption_algs() -> str:
+    """The ciphers offered, most preferred first: AES-GCM first when this machine's CPU has AES
+    instructions, else asyncssh's default order (ChaCha20-Poly1305 first).
+
+    The client's order decides (the server takes the first it also supports), and the client is
+    where the cost is: asyncssh runs ChaCha20-Poly1305 as three cipher contexts made in Python per
+    packet, AES-GCM as one call into OpenSSL. With AES instructions a 32 KB packet decrypts about
+    ten times faster, which is most of a large output's client CPU and a share of every call's."""
+    return AES_GCM_FIRST if _cpu_has_aes() else "default"
+
+
+def _cpu_has_aes() -> bool:
+    if sys.platform == "darwin":
+        return True  # every Mac a supported macOS runs on has them (AES-NI, or ARMv8's crypto extension)
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+            for line in info:
+                if not line.strip():
+                    break  # the first CPU's block says it: the rest is not generated, nor read
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):  # x86, ARM
+                    return "aes" in value.split()
+    except OSError:
+        pass
+    return False
 
 
 def _check_key_files(host: Host, creds: Credentials) -> None:
