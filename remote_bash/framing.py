@@ -237,7 +237,10 @@ def status_line_safe(command: str) -> bool:
     text = command.rstrip(" \t\n")
     if command.startswith("-"):
         return False  # `eval` would read it (and the line after it) as options
-    if _CONTINUED.search(text):
+    # _CONTINUED can only match text that ends (but for whitespace, as its \s reads it) in & | ), or
+    # holds a comment or the function keyword: most commands are none of these, and skip its search.
+    if ((text.rstrip().endswith(("&", "|", ")")) or "#" in text or "function" in text)
+            and _CONTINUED.search(text)):
         return False
     backslashes = len(text) - len(text.rstrip("\\"))
     if backslashes % 2 == 1:

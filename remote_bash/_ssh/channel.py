@@ -51,7 +51,7 @@ class ShellSession(asyncssh.SSHClientSession[bytes]):
         self._owner = owner
 
     def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
-        self._owner._on_data(data)
+        self._owner.on_data(data)  # straight to the session: called for every packet
 
     def eof_received(self) -> bool:
         return False
@@ -88,9 +88,6 @@ class ShellChannel:
         self.on_data: Callable[[bytes], None] = _ignore_data
         self.on_closed: Callable[[], None] = _ignore
         self._chan: asyncssh.SSHClientChannel[bytes] | None = None
-
-    def _on_data(self, data: bytes) -> None:
-        self.on_data(data)
 
     def _on_closed(self) -> None:
         self.closed.set()
