@@ -84,7 +84,11 @@ class StreamDigest:
         self._size = 0
         if self._sha is None:
             self._sha = hashlib.sha256()
-        self._flight = _executor().submit(self._sha.update, data)
+        try:
+            self._flight = _executor().submit(self._sha.update, data)
+        except RuntimeError:  # the interpreter is shutting down: no new threads, hash it here
+            self._flight = None
+            self._sha.update(data)
 
     def in_flight(self) -> concurrent.futures.Future[None] | None:
         """The batch being hashed, if one is: await it (``asyncio.wrap_future``) before
