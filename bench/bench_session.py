@@ -4,7 +4,11 @@ Measures, in one run against one sshd on 127.0.0.2, in several rounds (the media
 ratios is the figure):
   - warm latency of ``true``: session.run against a bare loop (one channel, the command plus a
     sentinel printf, read up to it: the floor for this design), interleaved call by call;
-  - output throughput of a large output, with the session's bounded capture on;
+  - output throughput of a large output, with the session's bounded capture on, and the client's
+    CPU time per MB (both threads of the session: it hashes large outputs on a worker thread);
+the bare loop twice: with asyncssh's default ciphers (the reference the targets are against) and
+with the cipher the session negotiated (remote_bash puts AES-GCM first where the CPU has AES
+instructions: the second shows how much of the difference is that choice);
   - session open time (connect + shell ready) against an asyncssh connect alone;
   - client memory per open session at N sessions (VmRSS growth / N, in a fresh process) against
     asyncssh connections alone (connect + one ``run``);
@@ -21,6 +25,7 @@ import asyncio
 import gc
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -57,11 +62,12 @@ class BareLoop:
         out, _, self.buf = self.buf.partition(marker + b"\n")
         return out
 
-    async def throughput(self, mbytes: int) -> float:
-        """MB/s reading ``mbytes`` MB of output, counting bytes without keeping them."""
+    async def throughput(self, mbytes: int) -> tuple[float, float]:
+        """MB/s reading ``mbytes`` MB of output, counting bytes without keeping them, and the
+        process's CPU seconds per MB."""
         self.n += 1
         marker = f"__END_{self.n}__".encode()
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), cpu_seconds()
         self.proc.stdin.write(f"head -c {mbytes * 1_000_000} /dev/zero | tr '\\0' x\n"
                               f"printf '%s\\n' __END_{self.n}__\n".encode())
         size, tail = 0, b""
@@ -72,13 +78,29 @@ class BareLoop:
             if marker in window:
                 break
             tail = window[-64:]
-        return size / (time.perf_counter() - t) / 1e6
+        return size / (time.perf_counter() - t) / 1e6, (cpu_seconds() - cpu) / mbytes
 
 
-async def _connect(host: Host) -> asyncssh.SSHClientConnection:
+def cpu_seconds() -> float:
+    """CPU time of this process, every thread, user and system."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def _connect(host: Host, cipher: str | None = None) -> asyncssh.SSHClientConnection:
+    """A plain asyncssh connection: asyncssh's default ciphers, or only ``cipher``."""
+    extra = {"encryption_algs": [cipher]} if cipher else {}
     return await asyncssh.connect(host.hostname, port=host.port, username=host.user,
                                   client_keys=[str(host.identity_file)], known_hosts=str(host.known_hosts),
-                                  agent_path=None, config=None)
+                                  agent_path=None, config=None, **extra)
+
+
+def _cipher(conn: asyncssh.SSHClientConnection) -> str:
+    return str(conn.get_extra_info("recv_cipher"))
+
+
+def _short(cipher: str) -> str:
+    return cipher.removesuffix("@openssh.com")
 
 
 async def conn_run(conn: asyncssh.SSHClientConnection, calls: int) -> float:
@@ -90,38 +112,50 @@ async def conn_run(conn: asyncssh.SSHClientConnection, calls: int) -> float:
     return statistics.median(times)
 
 
-async def one_round(host: Host, calls: int, mbytes: int) -> dict[str, float]:
-    """One round: latency interleaved call by call, then throughput (order alternating by call count)."""
-    conn = await _connect(host)
-    try:
-        async with RemoteBashSession(host.model_copy(update={"output_limit": 30000}), audit=False) as s:
-            bare = BareLoop(await conn.create_process("exec bash --noprofile --norc 2>&1", encoding=None))
+async def one_round(host: Host, calls: int, mbytes: int) -> tuple[dict[str, float], str]:
+    """One round: latency interleaved call by call, then throughput (order alternating). Returns
+    the figures and the cipher the session negotiated."""
+    async with RemoteBashSession(host.model_copy(update={"output_limit": 30000}), audit=False) as s:
+        assert s._conn is not None
+        cipher = _cipher(s._conn._conn)
+        conns = [await _connect(host), await _connect(host, cipher)]
+        try:
+            bare, same = [BareLoop(await c.create_process("exec bash --noprofile --norc 2>&1", encoding=None))
+                          for c in conns]
             for _ in range(20):
                 await s.run("true")
                 await bare.run("true")
-            # Interleaved, so that whatever else the machine does weighs on both alike.
-            times, bare_times = [], []
+                await same.run("true")
+            # Interleaved, so that whatever else the machine does weighs on all alike.
+            times: dict[str, list[float]] = {"rb": [], "bare": [], "same": []}
             for _ in range(calls):
                 t = time.perf_counter()
                 await s.run("true")
-                times.append(time.perf_counter() - t)
-                t = time.perf_counter()
-                await bare.run("true")
-                bare_times.append(time.perf_counter() - t)
+                times["rb"].append(time.perf_counter() - t)
+                for name, loop in (("bare", bare), ("same", same)):
+                    t = time.perf_counter()
+                    await loop.run("true")
+                    times[name].append(time.perf_counter() - t)
 
-            async def ours() -> float:
-                t = time.perf_counter()
+            async def ours() -> tuple[float, float]:
+                t, cpu = time.perf_counter(), cpu_seconds()
                 r = await s.run(f"head -c {mbytes * 1_000_000} /dev/zero | tr '\\0' x", timeout=300)
-                return r.output_bytes / (time.perf_counter() - t) / 1e6
+                return r.output_bytes / (time.perf_counter() - t) / 1e6, (cpu_seconds() - cpu) / mbytes
 
-            rb_tp, bare_tp = await ours(), await bare.throughput(mbytes)
-            rb_tp2 = await ours()
-            bare_tp2 = await bare.throughput(mbytes)
-        return {"rb_lat": statistics.median(times), "bare_lat": statistics.median(bare_times),
-                "rb_tp": (rb_tp + rb_tp2) / 2, "bare_tp": (bare_tp + bare_tp2) / 2}
-    finally:
-        conn.close()
-        await conn.wait_closed()
+            runs: dict[str, list[tuple[float, float]]] = {"rb": [], "bare": [], "same": []}
+            loops = {"bare": bare, "same": same}
+            for order in (("rb", "bare", "same"), ("same", "bare", "rb")):
+                for name in order:
+                    runs[name].append(await ours() if name == "rb" else await loops[name].throughput(mbytes))
+        finally:
+            for c in conns:
+                c.close()
+                await c.wait_closed()
+    figures = {f"{name}_lat": statistics.median(values) for name, values in times.items()}
+    for name, pairs in runs.items():
+        figures[f"{name}_tp"] = statistics.fmean(tp for tp, _ in pairs)
+        figures[f"{name}_cpu"] = statistics.fmean(cpu for _, cpu in pairs)
+    return figures, cipher
 
 
 async def opens(host: Host, count: int) -> tuple[float, float]:
@@ -301,9 +335,18 @@ async def main() -> None:
     th = make_test_hosts(Path(tempfile.mkdtemp(prefix="rb-bench-")))
     host = th.start("bench")
     try:
-        rounds = [await one_round(host, args.calls, args.mbytes) for _ in range(args.rounds)]
-        lat_ratio = statistics.median(r["rb_lat"] / r["bare_lat"] for r in rounds)
-        tp_ratio = statistics.median(r["rb_tp"] / r["bare_tp"] for r in rounds)
+        done = [await one_round(host, args.calls, args.mbytes) for _ in range(args.rounds)]
+        rounds = [figures for figures, _ in done]
+        cipher = done[-1][1]
+        probe = await _connect(host)
+        reference = _cipher(probe)
+        probe.close()
+        await probe.wait_closed()
+
+        def ratio(key: str, other: str) -> float:
+            return statistics.median(r[key] / r[other] for r in rounds)
+
+        lat_ratio, tp_ratio = ratio("rb_lat", "bare_lat"), ratio("rb_tp", "bare_tp")
         rb_open, conn_open = await opens(host, 5)
         conn = await _connect(host)
         run_lat = await conn_run(conn, min(args.calls, 200))
@@ -313,17 +356,24 @@ async def main() -> None:
         def med(key: str) -> float:
             return statistics.median(r[key] for r in rounds)
 
-        print(f"{'':32} {'true latency':>14} {'throughput':>12} {'open':>12}")
-        print(f"{'remote_bash session.run':32} {fmt_ms(med('rb_lat')):>14} {med('rb_tp'):>7.0f} MB/s "
-              f"{fmt_ms(rb_open):>12}")
-        print(f"{'bare asyncssh loop (floor)':32} {fmt_ms(med('bare_lat')):>14} {med('bare_tp'):>7.0f} MB/s "
-              f"{fmt_ms(conn_open):>12}")
-        print(f"{'asyncssh conn.run':32} {fmt_ms(run_lat):>14} {'-':>12} {'-':>12}")
+        width = 46
+        print(f"{'':{width}} {'true latency':>14} {'throughput':>12} {'CPU per MB':>12} {'open':>12}")
+        rows = [("rb", f"remote_bash session.run [{_short(cipher)}]", fmt_ms(rb_open)),
+                ("bare", f"bare loop, asyncssh defaults [{_short(reference)}]", fmt_ms(conn_open)),
+                ("same", f"bare loop, the session's cipher [{_short(cipher)}]", "-")]
+        for key, label, opened in rows:
+            print(f"{label:{width}} {fmt_ms(med(f'{key}_lat')):>14} {med(f'{key}_tp'):>7.0f} MB/s "
+                  f"{med(f'{key}_cpu') * 1000:>6.2f} ms/MB {opened:>12}")
+        print(f"{'asyncssh conn.run, defaults':{width}} {fmt_ms(run_lat):>14}")
         print()
-        print("per round (latency ratio, throughput ratio): " + ", ".join(
+        print("per round (latency ratio, throughput ratio) against the reference, the defaults' loop: " + ", ".join(
             f"{r['rb_lat'] / r['bare_lat']:.2f}x/{r['rb_tp'] / r['bare_tp']:.2f}x" for r in rounds))
-        print(f"latency vs bare loop:    {lat_ratio:.2f}x   (target <= 1.2x)")
-        print(f"throughput vs bare loop: {tp_ratio:.2f}x   (target >= 0.95x)")
+        print(f"latency vs bare loop:    {lat_ratio:.2f}x   (target <= 1.2x); "
+              f"vs the same cipher's loop: {ratio('rb_lat', 'same_lat'):.2f}x")
+        print(f"throughput vs bare loop: {tp_ratio:.2f}x   (target >= 0.95x); "
+              f"vs the same cipher's loop: {ratio('rb_tp', 'same_tp'):.2f}x")
+        print(f"client CPU per MB vs bare loop: {ratio('rb_cpu', 'bare_cpu'):.2f}x; "
+              f"vs the same cipher's loop: {ratio('rb_cpu', 'same_cpu'):.2f}x")
         print(f"speed-up vs conn.run:    {run_lat / med('rb_lat'):.1f}x")
         bash_ours, bash_bare = bash_alone(2000)
         py_ours, py_floor = await python_alone(5000)
