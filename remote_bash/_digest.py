@@ -14,10 +14,12 @@ at most ``BACKLOG`` bytes wait before the stream waits for its batch in flight. 
 
 from __future__ import annotations
 
-import concurrent.futures
 import hashlib
 import os
-import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported on first use: a short command line never needs the threads
+    import concurrent.futures
 
 __all__ = ["EMPTY_SHA256", "StreamDigest"]
 
@@ -31,16 +33,16 @@ BACKLOG = 1024 * 1024
 batch in flight, so memory stays bounded when the worker falls behind."""
 
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
 
 
 def _executor() -> concurrent.futures.ThreadPoolExecutor:
     global _pool
     if _pool is None:
-        with _pool_lock:
-            if _pool is None:
-                # Two threads: one stream's batch never waits long behind another stream's.
-                _pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="remote-bash-sha256")
+        from concurrent.futures import ThreadPoolExecutor
+
+        # Two threads: one stream's batch never waits long behind another stream's. Two event
+        # loops on two threads racing here would make two pools, each finishing what it was given.
+        _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="remote-bash-sha256")
     return _pool
 
 

@@ -21,16 +21,19 @@ This module does no I/O; everything here is plain functions over bytes and str.
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 import re
 import secrets
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from . import terminal
 from ._digest import EMPTY_SHA256, StreamDigest
+
+if TYPE_CHECKING:
+    import concurrent.futures
 
 __all__ = [
     "HEADER_SIZE",
