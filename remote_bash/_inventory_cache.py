@@ -188,10 +188,29 @@ def _rebuild(file: Path, body: Any) -> Inventory | None:
                               defaults=body["defaults"])
     except (ValidationError, KeyError, TypeError, AttributeError):
         return None
-    if not _consistent(inventory):
+    if not _consistent(inventory) or not _patterns_compile(inventory):
         return None
     adopt(inventory)
     return inventory
+
+
+def _patterns_compile(inventory: Inventory) -> bool:
+    """The file's reader refuses a policy, redact or approve pattern that does not compile: an entry
+    holding one is read in full again, not used to refuse every command."""
+    from ._regex import PatternError, compile_linear
+
+    for host in inventory.hosts.values():
+        found = [(p, True) for p in host.policy.deny] + [(p, False) for p in host.redact]
+        for rule in host.approve if isinstance(host.approve, list) else ():
+            regex = rule.get("regex") if isinstance(rule, dict) else getattr(rule, "regex", None)
+            if isinstance(regex, str):
+                found.append((regex, True))
+        for pattern, multiline in found:
+            try:
+                compile_linear(pattern, multiline=multiline)
+            except PatternError:
+                return False
+    return True
 
 
 def _consistent(inventory: Inventory) -> bool:

@@ -483,3 +483,32 @@ def test_an_ssh_config_edit_that_keeps_size_and_mtime_gets_a_fresh_session(env: 
     assert cli(env, "exec", "--keep", "keep-a", "--", "echo ${OLD:-fresh}").stdout == "1\n"
     _rewrite_keeping_mtime(config, "# nothing HERE\n")
     assert cli(env, "exec", "--keep", "keep-a", "--", "echo ${OLD:-fresh}").stdout == "fresh\n"
+
+
+def test_an_edit_to_a_file_ssh_config_includes_gets_a_fresh_session(env: dict[str, str]) -> None:
+    ssh = Path(env["HOME"]) / ".ssh"
+    ssh.mkdir(mode=0o700, exist_ok=True)
+    (ssh / "config").write_text("Include conf.d/*.conf\n")
+    (ssh / "conf.d").mkdir(exist_ok=True)
+    included = ssh / "conf.d" / "hosts.conf"
+    included.write_text("# nothing here\n")
+    assert cli(env, "exec", "--keep", "keep-a", "--", "export OLD=1").returncode == 0
+    assert cli(env, "exec", "--keep", "keep-a", "--", "echo ${OLD:-fresh}").stdout == "1\n"
+    _rewrite_keeping_mtime(included, "# nothing HERE\n")
+    assert cli(env, "exec", "--keep", "keep-a", "--", "echo ${OLD:-fresh}").stdout == "fresh\n"
+
+
+def test_another_home_never_reuses_the_session(env: dict[str, str], tmp_path: Path) -> None:
+    """``~`` in the inventory and ~/.ssh/config follow HOME: a session made under one is not used
+    under another, even with the same runtime and state directories."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    env = {**env, "XDG_RUNTIME_DIR": str(run)}
+    assert cli(env, "exec", "--keep", "keep-a", "--", "export MINE=1").returncode == 0
+    assert cli(env, "exec", "--keep", "keep-a", "--", "echo ${MINE:-fresh}").stdout == "1\n"
+    other = tmp_path / "home2"
+    shutil.copytree(env["HOME"], other, symlinks=True)
+    moved = cli({**env, "HOME": str(other)}, "exec", "--keep", "keep-a", "--", "echo ${MINE:-fresh}")
+    assert moved.stdout == "fresh\n", moved.stderr
+    cli({**env, "HOME": str(other)}, "sessions", "stop", "--all")
+    cli(env, "sessions", "stop", "--all")

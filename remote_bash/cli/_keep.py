@@ -100,6 +100,8 @@ def session_key(args: KeepArgs, env: Mapping[str, str]) -> dict[str, str | None]
     """What decides how a kept session is built: the same key means the same rules."""
     return {
         "host": args.host or "",
+        # `~` in the inventory (identity files, known_hosts) and ~/.ssh/config follow HOME.
+        "home": env.get("HOME", ""),
         "inventory": _absolute(args.inventory or env.get("REMOTE_BASH_INVENTORY")),
         "default_inventory": str(config_dir(env)),
         "allow": args.allow,
