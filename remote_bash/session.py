@@ -272,6 +272,10 @@ class RemoteBashSession:
         self._driver_left = False
         """The shell left its driver loop: the next frame brings it again."""
         self._orphaned = False
+        self._first_started: int | None = None
+        """When this session's first shell started (host clock ticks), once a later shell replaced
+        it: what an earlier shell left running started after it, and close must look that far back."""
+        self._shells = 0
         self._allowed: tuple[str, Any] | None = None
         """The command ``check_policy`` just allowed, with the policy it was checked against."""
         self._running: asyncio.Task[Any] | None = None
@@ -436,6 +440,9 @@ class RemoteBashSession:
             host_key=conn.host_key_fingerprint,
             started=reaper.uptime_ticks(parts[4]),
         )
+        self._shells += 1
+        if self._shells == 1:
+            self._first_started = self.info.started
         await self._audit_write(
             "session.start", bash_version=self.info.bash_version, os=self.info.os,
             shell_pid=self.info.shell_pid, host_key_accepted_new=conn.host_key_accepted_new,
@@ -482,6 +489,11 @@ class RemoteBashSession:
             # Strays (daemons that left the shell's tree and rewrote their environment) are looked
             # for among the processes started since the shell itself.
             since = info.started - 1 if info.started is not None else None
+            if self._shells > 1 and since is not None:
+                # An earlier shell of this session died or was replaced: its jobs, adopted by init,
+                # are older than this shell. Look back to the first one (a host that rebooted since
+                # has a younger clock: then the current shell's start stands).
+                since = min(since, self._first_started - 1) if self._first_started is not None else None
             out = b""
             alive = not shell.closed.is_set() and not shell.exited
             if alive:

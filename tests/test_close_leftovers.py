@@ -94,6 +94,24 @@ async def test_close_stops_what_a_command_left_running(web1: Host, hosts: TestHo
         _until(lambda: not _pids(mark, hosts.user), f"close to stop the {how} process")
 
 
+@pytest.mark.parametrize("end", ["exit 0", "kill -9 $$"])
+async def test_close_stops_what_an_earlier_shell_of_the_session_left_running(web1: Host, hosts: TestHosts,
+                                                                              end: str) -> None:
+    """A job of a shell that died (its state lost) outlives it, adopted by init; the session's next
+    shell started after it, so close must not take that shell's clean state for the session's."""
+    mark = _marker()
+    with _reaped(mark, hosts.user):
+        session = RemoteBashSession(web1, kill_grace=0.5, audit=False)
+        await session.start()
+        await session.run(f"sh -c 'sleep 300; : {mark}' &")
+        _until(lambda: _pids(mark, hosts.user), "the job to start")
+        assert (await session.run(end)).shell_lost
+        assert (await session.run("echo fresh")).output == "fresh\n"
+        report = await session.close()
+        assert report is not None and report.signals == ["KILL"], report
+        _until(lambda: not _pids(mark, hosts.user), "close to stop the earlier shell's job")
+
+
 @pytest.mark.parametrize("how", ["env -i setsid", "env -i double fork"])
 async def test_close_reports_a_daemon_that_cleared_its_environment(web1: Host, hosts: TestHosts, how: str) -> None:
     mark = _marker()
