@@ -271,8 +271,8 @@ def _reset(names: ShellNames) -> str:
     # the rest of the frame. `_rbl` is set only while a command runs: the abort trap leaves the
     # loops then, never while the driver waits for the next call (which would lose that call).
     #
-    # The common case is one `case`: no TMOUT, no history, neither -x nor -v left on ($- comes last,
-    # after a "|" that SHELLOPTS never holds, so only its letters can match [xv]); anything else
+    # The common case is one `case`: no TMOUT, no history, none of -x, -v, -a left on ($- comes
+    # last, after a "|" that SHELLOPTS never holds, so only its letters can match [xva]); anything else
     # goes through the slow path (see _functions). The process tag's clearing comes last among the
     # assignments: should a command have made it read-only, only it fails.
     return (
@@ -281,7 +281,7 @@ def _reset(names: ShellNames) -> str:
         # `builtin break` its function named `break`.
         f"builtin trap '[[ ${{_rbl-}} ]] && {{ \\unset -f builtin; \\builtin break 1000; }} 2>/dev/null' "
         f"{ABORT_SIGNAL}; "
-        f"case ${{TMOUT:+T}}$SHELLOPTS\\|$- in T*|*history*|*\\|*[xv]*) {names.after}s;; "
+        f"case ${{TMOUT:+T}}$SHELLOPTS\\|$- in T*|*history*|*\\|*[xva]*) {names.after}s;; "
         "*) _rbp= _rbq=$_rbN;; esac"
     )
 
@@ -290,8 +290,8 @@ def _functions(names: ShellNames) -> list[str]:
     # The first ends a call outside the loop (at start-up, and when the driver was left); the
     # second readies an escaped command or a FIFO; the third is the slow path of every end: it
     # puts TMOUT aside (it would give the driver's read a timeout; given back to each command), and
-    # computes the prefix that gives the next command the tracing and the history its predecessor
-    # left on, and the status line (`$_rbq`, see driver) unless `set -v` or history would show it.
+    # computes the prefix that gives the next command the tracing, allexport and the history its
+    # predecessor left on, and the status line (`$_rbq`, see driver) unless `set -v` or history would show it.
     return [
         f"{names.after}() {{ {_reset(names)}; "
         f"builtin printf '\\036RB%s%s:%s%s\\036' \"$1\" \"$2\" \"$_rbs\" \"${{3-}}\" >&{SENTINEL_FD}; _rbs= _rbh=; }}",
@@ -299,10 +299,14 @@ def _functions(names: ShellNames) -> list[str]:
         f"{names.after}f() {{ case ${{_rbm:33:1}} in e|g) builtin printf -v _rbc %b \"$_rbc\";; esac; "
         "case ${_rbm:33:1} in f|g) _rbi=${_rbc%%$'\\n'*} _rbc=${_rbc#*$'\\n'};; esac; "
         "case ${_rbm:32:1} in 0) _rbz=$_rbq;; *) _rbz=;; esac; }",
-        f"{names.after}s() {{ _rbf=$-; builtin set +xv; "
+        f"{names.after}s() {{ _rbf=$-; builtin set +xva; "
         # Under set -x the status line runs silenced ($_rbX), so that it is not traced.
-        'case $_rbf in *v*) _rbp=" -${_rbf//[!xv]/}" _rbq=;; *x*) _rbp=" -x" _rbq=$_rbX;; '
-        "*) _rbp= _rbq=$_rbN;; esac; "
+        'case $_rbf in *v*) _rbp=" -${_rbf//[!xva]/}" _rbq=;; *x*) _rbp=" -${_rbf//[!xa]/}" _rbq=$_rbX;; '
+        '*a*) _rbp=" -a" _rbq=$_rbN;; *) _rbp= _rbq=$_rbN;; esac; '
+        # Under set -a (allexport) the framing's own assignments were exported: never into the
+        # environment of a later command's processes (the header holds the nonce, _rbc a command).
+        "case $_rbf in *a*) builtin export -n _rbs _rbh _rbl _rbi _rbc _rbz _rbm _rbp _rbq _rbf _rbT _rbN "
+        "_rbX _rbk _rbu _rbv;; esac; "
         # History turned on by this very command recorded the status line: take it out again.
         '[[ -o history ]] && { [[ $_rbh ]] && builtin history -d -1; builtin set +o history; '
         '_rbp+=" -o history" _rbq=; }; '

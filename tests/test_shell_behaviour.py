@@ -297,3 +297,14 @@ async def test_a_deep_break_and_tmout_leave_the_shell_and_its_state(session: Rem
     assert (r.output, r.shell_lost) == ("0.2\nread=1\n", False)
     r = await session.run("printf '%s\\n' 'ünï ✓' '\\c'")
     assert r.output == "ünï ✓\n\\c\n"
+
+
+async def test_allexport_lasts_and_exports_nothing_of_the_framing(session: RemoteBashSession) -> None:
+    """``set -a`` stays on for later calls as in bash alone, but the framing's own variables (the
+    header with the call's nonce, the command's text) never reach a later command's environment."""
+    await session.run("set -a; RB_ALL=1")
+    r = await session.run("echo $-; env | grep -c '^_rb'; env | grep '^RB_ALL='; RB_NEXT=2; env | grep '^RB_NEXT='")
+    assert r.output.split("\n")[1:] == ["0", "RB_ALL=1", "RB_NEXT=2", ""], r.output
+    assert "a" in r.output.split("\n")[0]
+    r = await session.run("set +a; env | grep -c '^_rb'; echo $-")
+    assert r.output.split("\n")[0] == "0" and "a" not in r.output.split("\n")[1]
