@@ -278,8 +278,11 @@ def _reset(names: ShellNames) -> str:
     return (
         f"_rbs=${{_rbs:-$?}} _rbl= _rbi= _rbc= _rbz= {CALL_ENV}=; unset -f builtin eval; "
         # The trap's text is parsed when it runs: quoted words escape a command's aliases, and
-        # `builtin break` its function named `break`.
-        f"builtin trap '[[ ${{_rbl-}} ]] && {{ \\unset -f builtin; \\builtin break 1000; }} 2>/dev/null' "
+        # `builtin break` its function named `break`. Inside a shell function `break` cannot leave
+        # the loops around the call, and bash has no other way to unwind a function: the shell stops
+        # itself (the rest of the command never runs) and the kill replaces it.
+        f"builtin trap '[[ ${{_rbl-}} ]] && {{ \\unset -f builtin; [[ ${{FUNCNAME-}} ]] && \\builtin kill -STOP $$; "
+        "\\builtin break 1000; } 2>/dev/null' "
         f"{ABORT_SIGNAL}; "
         f"case ${{TMOUT:+T}}$SHELLOPTS\\|$- in T*|*history*|*\\|*[xva]*) {names.after}s;; "
         "*) _rbp= _rbq=$_rbN;; esac"

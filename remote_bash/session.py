@@ -276,6 +276,9 @@ class RemoteBashSession:
         """When this session's first shell started (host clock ticks), once a later shell replaced
         it: what an earlier shell left running started after it, and close must look that far back."""
         self._shells = 0
+        self._shell_lost = False
+        """A shell of this session died or was replaced and no shell has been started since: its
+        jobs, adopted by init, are stopped at close or restart all the same."""
         self._allowed: tuple[str, Any] | None = None
         """The command ``check_policy`` just allowed, with the policy it was checked against."""
         self._running: asyncio.Task[Any] | None = None
@@ -441,6 +444,7 @@ class RemoteBashSession:
             started=reaper.uptime_ticks(parts[4]),
         )
         self._shells += 1
+        self._shell_lost = False
         if self._shells == 1:
             self._first_started = self.info.started
         await self._audit_write(
@@ -480,6 +484,8 @@ class RemoteBashSession:
         shell, self._shell = self._shell, None
         self._between = None
         if shell is None:
+            if kill and self._shell_lost:
+                return await self._stop_what_a_lost_shell_left()
             return None
         tag = f"{reaper.SESSION_ENV}={self.session_id}"
         conn = self._conn
@@ -535,6 +541,29 @@ class RemoteBashSession:
         shell.close()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(shell.closed.wait(), 2)
+        return report
+
+    async def _stop_what_a_lost_shell_left(self) -> KillReport | None:
+        """At close or restart with no shell: what a shell of this session that died (or was
+        replaced) left running is stopped by the session's tag, strays looked for since the
+        session's first shell started."""
+        self._shell_lost = False
+        conn = self._conn
+        if conn is None or conn.is_closed:
+            return None  # a lost connection: the next connect stops them (see _kill_orphans)
+        since = self._first_started - 1 if self._first_started is not None else None
+        try:
+            _status, text = await conn.run_side(reaper.kill_script(
+                f"{reaper.SESSION_ENV}={self.session_id}", "KILL", since=since), timeout=10)
+        except RemoteBashError:
+            return None
+        scan = reaper.parse_kill_output(text)
+        report = KillReport(signals=["KILL"] if scan.count else [], survivors=0, cgroup=scan.cgroup,
+                            unchecked=_unchecked(scan, since, "the session"))
+        self.last_kill = report
+        if scan.count or report.unchecked:
+            await self._audit_write("exec.kill", reason="session end", kill=report.model_dump(),
+                                    processes=scan.count, strict=False)
         return report
 
     # -- running commands ------------------------------------------------------------
@@ -845,6 +874,7 @@ class RemoteBashSession:
             call.add(held, final=True)
             await self._settle(shell, conn)
             self._shell = None
+            self._shell_lost = True
             if not conn.is_closed:
                 # The shell is gone, but what it was running may not be (a child holding its
                 # output open): nothing of a dead shell's call may run on unattended.

@@ -112,6 +112,27 @@ async def test_close_stops_what_an_earlier_shell_of_the_session_left_running(web
         _until(lambda: not _pids(mark, hosts.user), "close to stop the earlier shell's job")
 
 
+@pytest.mark.parametrize("then", ["close", "restart"])
+async def test_close_or_restart_right_after_a_shell_died_stops_its_jobs(web1: Host, hosts: TestHosts,
+                                                                         then: str) -> None:
+    """No shell is left to end, yet the dead one's job runs on, adopted by init: it is stopped."""
+    mark = _marker()
+    with _reaped(mark, hosts.user):
+        session = RemoteBashSession(web1, kill_grace=0.5, audit=False)
+        await session.start()
+        await session.run(f"nohup sh -c 'sleep 300; : {mark}' >/dev/null 2>&1 &")
+        _until(lambda: _pids(mark, hosts.user), "the job to start")
+        assert (await session.run("exit 3")).shell_lost
+        if then == "restart":
+            await session.restart()
+            _until(lambda: not _pids(mark, hosts.user), "restart to stop the dead shell's job")
+            assert session.last_kill is not None and session.last_kill.signals == ["KILL"]
+        report = await session.close()
+        if then == "close":
+            assert report is not None and report.signals == ["KILL"], report
+        _until(lambda: not _pids(mark, hosts.user), "close to stop the dead shell's job")
+
+
 @pytest.mark.parametrize("how", ["env -i setsid", "env -i double fork"])
 async def test_close_reports_a_daemon_that_cleared_its_environment(web1: Host, hosts: TestHosts, how: str) -> None:
     mark = _marker()

@@ -297,6 +297,19 @@ async def test_a_command_s_own_break_does_not_stop_the_abort(session: RemoteBash
     assert (await session.run("echo $KEEP")).output == f"{mark}\n"
 
 
+@pytest.mark.parametrize("call", ["f", "g", "if true; then f; fi", "set -e; f"])
+async def test_rest_of_a_command_timed_out_inside_a_function_does_not_run(session: RemoteBashSession,
+                                                                           call: str) -> None:
+    """``break`` cannot leave a function's caller: the shell stops itself and is replaced."""
+    mark = marker()
+    await session.run("f() { sleep 30; echo in-f; }; g() { f; echo in-g; }")
+    r = await session.run(f"{call}; touch /tmp/{mark}; echo REST", timeout=1)
+    assert r.timed_out and r.shell_lost
+    assert "REST" not in r.output and "in-f" not in r.output and "in-g" not in r.output
+    assert not Path(f"/tmp/{mark}").exists()
+    assert (await session.run("echo fresh")).output == "fresh\n"
+
+
 @pytest.mark.parametrize("sep", ["; ", "\n", " || "])
 async def test_rest_of_a_timed_out_command_does_not_run(session: RemoteBashSession, sep: str) -> None:
     mark = marker()
