@@ -40,7 +40,8 @@ def format_result(result: CommandResult) -> tuple[str, bool]:
                 note += ("; the shell ended with it, so a new one will be started and the working directory, "
                          "variables and functions are reset")
             elif result.kill.shell_replaced:
-                note += "; the shell itself was stuck and was replaced, so cwd, variables and functions were reset"
+                note += ("; the shell had to be replaced (it was stuck, or the deadline came inside a shell "
+                         "function), so cwd, variables and functions were reset")
             elif result.kill.signals:
                 note += f" (signals sent: {', '.join(result.kill.signals)})"
             if result.kill.survivors:

@@ -112,8 +112,14 @@ def test_exec_timeout_exits_124_and_kills_the_command(env: dict[str, str], hosts
     assert time.monotonic() - started < 20
     assert out.stdout == "begun\n"
     assert len(out.stderr.splitlines()) == 1
-    assert "did not finish within 1 s" in out.stderr
+    assert "did not finish within 1 s" in out.stderr and "shell went with it" not in out.stderr
     assert processes_with(f"sleep 77.{marker}", hosts.user) == []
+
+
+def test_exec_timeout_inside_a_function_says_the_shell_went_with_it(env: dict[str, str]) -> None:
+    out = cli(env, "exec", "--timeout", "1", "cli-a", "--", "f() { sleep 30; }; f; echo REST")
+    assert out.returncode == 124 and "REST" not in out.stdout
+    assert "did not finish within 1 s" in out.stderr and "the shell went with it" in out.stderr
 
 
 def test_policy_refusal_exits_126_and_nothing_runs(env: dict[str, str], tmp_path: Path) -> None:

@@ -115,6 +115,8 @@ def _status_line(name: str, result: CommandResult) -> tuple[int, str | None]:
     """The exit status for a command's result, and the line for stderr when it did not simply end."""
     if result.timed_out:
         line = f"{PROG}: {name}: the command did not finish within {result.timeout:g} s and was killed"
+        if result.shell_lost:
+            line += "; the shell went with it (its working directory, variables and functions are reset)"
         if result.kill is not None and result.kill.unchecked:
             # Strays that left the process tree: said here too, not only in --json and the audit log.
             line += f"; not checked: {_one_line(result.kill.unchecked)}"
