@@ -531,13 +531,7 @@ class RemoteBashSession:
                     _status, text = await conn.run_side(reaper.kill_script(
                         tag, "KILL", also_pid=info.shell_pid, below=info.shell_pid, since=since), timeout=10)
                     out = text.encode()
-            scan = reaper.parse_kill_output(out.decode("utf-8", "replace"))
-            report = KillReport(signals=["KILL"] if scan.count else [], survivors=0, cgroup=scan.cgroup,
-                                unchecked=_unchecked(scan, since, "the session"))
-            self.last_kill = report
-            if scan.count or report.unchecked:
-                await self._audit_write("exec.kill", reason="session end", kill=report.model_dump(),
-                                        processes=scan.count, strict=False)
+            report = await self._session_end_report(out.decode("utf-8", "replace"), since)
         shell.close()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(shell.closed.wait(), 2)
@@ -557,7 +551,12 @@ class RemoteBashSession:
                 f"{reaper.SESSION_ENV}={self.session_id}", "KILL", since=since), timeout=10)
         except RemoteBashError:
             return None
-        scan = reaper.parse_kill_output(text)
+        return await self._session_end_report(text, since)
+
+    async def _session_end_report(self, out: str, since: int | None) -> KillReport:
+        """The report of a session-end kill script's output, kept as ``last_kill`` and audited when
+        it stopped or could not check something."""
+        scan = reaper.parse_kill_output(out)
         report = KillReport(signals=["KILL"] if scan.count else [], survivors=0, cgroup=scan.cgroup,
                             unchecked=_unchecked(scan, since, "the session"))
         self.last_kill = report
