@@ -273,8 +273,8 @@ class RemoteBashSession:
         """The shell left its driver loop: the next frame brings it again."""
         self._orphaned = False
         self._first_started: int | None = None
-        """When this session's first shell started (host clock ticks), once a later shell replaced
-        it: what an earlier shell left running started after it, and close must look that far back."""
+        """When this session's first shell started (host clock ticks). Once a later shell replaced
+        it, what an earlier shell left running started after it, and close looks that far back."""
         self._shells = 0
         self._shell_lost = False
         """A shell of this session died or was replaced and no shell has been started since: its
