@@ -23,7 +23,8 @@ whether anything of the session can still exist outside the shell (:func:`_clean
 escaped process could be, and the costly scan (a dozen processes, every process's environment
 read twice) is then skipped. Whenever it cannot prove that, the full scan runs.
 
-The scripts print ``RBKILL <n>`` (processes signalled), ``RBUP <seconds since boot>``,
+The scripts print ``RBKILL <n>`` (processes signalled; on a round of INT, ``RBTERM <n>`` of them
+got TERM instead, as they ignore INT), ``RBUP <seconds since boot>``,
 ``RBSCOPE cgroup|none``, one ``RBSTRAY <pid> <name>`` line per stray left alone, and ``RBCLEAN``
 when the check above made the scan needless.
 This module does no I/O; nothing here runs a process.
@@ -55,6 +56,8 @@ class KillScan:
     """True when the shell's login has a cgroup of its own, so that strays were signalled."""
     strays: list[tuple[int, str]] = field(default_factory=list)
     """Strays left alone (no cgroup to tell whose they are): pid and process name."""
+    termed: int = 0
+    """Of ``count``, on a round of INT: the processes that ignore INT, sent TERM instead."""
 
 
 def uptime_ticks(text: str) -> int | None:
@@ -72,6 +75,8 @@ def parse_kill_output(output: str) -> KillScan:
         head, _, rest = line.partition(" ")
         if head == "RBKILL" and rest.strip().isdigit():
             scan.count = int(rest)
+        elif head == "RBTERM" and rest.strip().isdigit():
+            scan.termed = int(rest)
         elif head == "RBUP":
             scan.uptime = uptime_ticks(rest)
         elif head == "RBSCOPE":
@@ -293,6 +298,18 @@ def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_p
         + ('q=; for x in $p; do [ "$x" = "$$" ] && continue; [ -d "/proc/$x" ] && q="$q $x"; done; p=$q\n'
            if exclude_self else 'q=; for x in $p; do [ -d "/proc/$x" ] && q="$q $x"; done; p=$q\n')
         + "set -- $p\n"
-        f"if [ $# -gt 0 ] && [ {signal} != 0 ]; then kill -s {signal} \"$@\" 2>/dev/null; fi\n"
-        'echo "RBKILL $#"\n'
+        + (_INT_OR_TERM if signal == "INT" else
+           f"if [ $# -gt 0 ] && [ {signal} != 0 ]; then kill -s {signal} \"$@\" 2>/dev/null; fi\n")
+        + 'echo "RBKILL $#"\n'
     )
+
+
+# INT, but TERM at once for a process that ignores INT (its SigIgn mask has bit 2 set): INT would
+# do nothing to it, and it would run on for the whole grace before TERM, past the deadline. A
+# non-interactive shell starts every background job so (``( sleep 1; rm F ) &``).
+_INT_OR_TERM = (
+    "t=; n=; for x in \"$@\"; do g=; while IFS= read -r l; do case $l in SigIgn:*) g=$l; break;; esac; "
+    'done </proc/$x/status 2>/dev/null; case $g in *[2367abef]) t="$t $x";; *) n="$n $x";; esac; done\n'
+    '[ -n "$n" ] && kill -s INT $n 2>/dev/null; [ -n "$t" ] && kill -s TERM $t 2>/dev/null\n'
+    'set -- $t; echo "RBTERM $#"; set -- $n $t\n'
+)

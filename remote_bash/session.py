@@ -822,8 +822,10 @@ class RemoteBashSession:
             found = scan.count
             if found == 0 and call.finished and sig != "INT":
                 break
-            if found:
+            if found > scan.termed and sig not in sent:
                 sent.append(sig)
+            if scan.termed and "TERM" not in sent:
+                sent.append("TERM")  # those that ignore INT got TERM in its round
             await self._wait(call, shell, self._kill_grace if found or sig == "INT" else 0.05)
             if call.finished:
                 last, _ = await self._signal(conn, tag, "0", since=since)

@@ -256,6 +256,24 @@ async def test_command_ignoring_int_and_term_is_killed(session: RemoteBashSessio
     assert (await session.run("echo alive")).output == "alive\n"
 
 
+async def test_what_ignores_int_gets_term_at_the_deadline_not_a_grace_later(web1: Host, hosts: TestHosts) -> None:
+    """A background job of a non-interactive shell ignores INT, and so does a command that asked
+    to: INT would do nothing to them, and with a long grace before TERM the job would write its
+    file well after the deadline. They get TERM in INT's round instead."""
+    mark = marker()
+    job = f"sh -c 'sleep 2.5; echo late > /tmp/{mark}; : job' &"
+    stubborn = f"bash -c \"trap '' INT; sleep 31; : {mark}\""
+    async with RemoteBashSession(web1, kill_grace=8) as s:
+        r = await s.run(f"{job} {stubborn}", timeout=1)
+        assert r.timed_out and r.kill is not None
+        assert r.kill.signals == ["TERM"] and r.kill.survivors == 0 and not r.kill.shell_replaced, r.kill
+        # Both are gone at the result (their command lines hold the mark), before the job's sleep
+        # could end: nothing of them can write the file any more.
+        assert processes_with(mark, hosts.user) == []
+        assert r.duration < 2.5 and not Path(f"/tmp/{mark}").exists()
+        assert (await s.run("echo alive")).output == "alive\n"
+
+
 async def test_background_job_of_earlier_command_survives_a_timeout(session: RemoteBashSession,
                                                                      hosts: TestHosts) -> None:
     mark = marker()
