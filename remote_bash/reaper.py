@@ -123,8 +123,11 @@ END {
 """
 
 
-def _stray_block(shell_pid: int, since: int) -> str:
-    """Find strays (see the module docstring); in a login's own cgroup they join ``$p``."""
+def _stray_block(shell_pid: int | str, since: int) -> str:
+    """Find strays (see the module docstring); in a login's own cgroup they join ``$p``.
+
+    ``shell_pid`` may be ``$$``: the script's own shell, a channel of the same login as the shell
+    that died, whose parent is the login's sshd all the same."""
     return (
         # The shell's cgroup: the v2 line, or systemd's v1 hierarchy. Only a login's own scope
         # (pam_systemd's session-N.scope) is trusted to hold nothing but this login.
@@ -234,7 +237,7 @@ def _clean_block(shell_pid: int, since: int, match: str) -> str:
 
 def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_pid: int | None = None,
                 exclude_self: bool = False, below: int | None = None, untagged_only: bool = False,
-                since: int | None = None, skip_when_clean: bool = False) -> str:
+                since: int | None = None, skip_when_clean: bool = False, login_strays: bool = False) -> str:
     """A POSIX sh script that signals every process whose environment holds ``match``
     (``NAME=value``), and ``also_pid`` if given, then prints ``RBKILL <count>`` of the
     processes it found. ``signal`` ``0`` only counts.
@@ -242,6 +245,9 @@ def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_p
     With ``below``, the descendants of that pid (the shell) are added too: all of them, or with
     ``untagged_only`` those that carry no call tag at all. With ``since`` (ticks since boot) and
     ``below``, strays started since then are looked for as well (see the module docstring).
+
+    With ``login_strays`` and ``since`` but no ``below`` (the shell died), strays are looked for
+    as the script's own shell's: another channel of the same login.
 
     ``skip_when_clean`` is for a script the shell ``below`` replaced itself with (its end): when
     :func:`_clean_block` proves nothing of the session can be left, it reports ``RBCLEAN``,
@@ -279,7 +285,9 @@ def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_p
             f"for x in $d; do [ \"$x\" = \"$$\" ] && continue; {keep}"
             'case " $p " in *" $x "*) ;; *) p="$p $x";; esac; done\n'
         )
-    strays = _stray_block(below, since) if below and since is not None else ""
+    strays = ""
+    if since is not None and (below or login_strays):
+        strays = _stray_block(below or "$$", since)
     clean = ""
     if skip_when_clean and below and since is not None:
         clean = (_clean_block(below, since, match)

@@ -548,7 +548,7 @@ class RemoteBashSession:
         since = self._first_started - 1 if self._first_started is not None else None
         try:
             _status, text = await conn.run_side(reaper.kill_script(
-                f"{reaper.SESSION_ENV}={self.session_id}", "KILL", since=since), timeout=10)
+                f"{reaper.SESSION_ENV}={self.session_id}", "KILL", since=since, login_strays=True), timeout=10)
         except RemoteBashError:
             return None
         return await self._session_end_report(text, since)

@@ -152,6 +152,29 @@ async def test_close_reports_a_daemon_that_cleared_its_environment(web1: Host, h
         assert pids and str(pids[0]) in report.unchecked
 
 
+@pytest.mark.parametrize("then", ["close", "restart"])
+async def test_a_daemon_a_dead_shell_left_is_named_at_close_or_restart(web1: Host, hosts: TestHosts,
+                                                                       then: str) -> None:
+    """The shell that started it is gone, so nothing is below it: the daemon is looked for from
+    another channel of the same login, and named (no login cgroup here to stop it by)."""
+    mark = _marker()
+    with _reaped(mark, hosts.user):
+        session = RemoteBashSession(web1, kill_grace=0.5, audit=False)
+        await session.start()
+        await session.run(f"(env -i setsid sh -c 'sleep 300; : {mark}' &)")
+        _until(lambda: _pids(mark, hosts.user), "the daemon to start")
+        assert (await session.run("exit 3")).shell_lost
+        if then == "restart":
+            await session.restart()
+            report = session.last_kill
+        else:
+            report = await session.close()
+        pids = _pids(mark, hosts.user)
+        assert report is not None and report.unchecked is not None, report
+        assert pids and str(pids[0]) in report.unchecked
+        await session.close()
+
+
 async def test_a_clean_session_ends_without_a_report(web1: Host) -> None:
     async with RemoteBashSession(web1, audit=False) as session:
         await session.run("uname -a; ls / >/dev/null")
