@@ -47,7 +47,7 @@ _RULE_SAMPLES = (
     "MYSQL_PWD=x", "db_pass=x", "--db-password x", "curl -u a:x", "sshpass -e -p x", "mysql -u r -px",
     "<password>x</password>", "password:\n  x", "token: |\n  x", "Authorization: token x",
     "curl -fsSLu a:x", '<password a="1" b=\'2\'>x</password>', "<token><![CDATA[x]]></token>",
-    "password: !!str &a # c\n\n  x", "passwords:\n  - x",
+    "password: !!str &a # c\n\n  x", "passwords:\n  - x", "--auth-token x", "--client-secret-key x", "--x-api-key x",
 )
 """One sample per built-in rule (and a known secret): their prefixes, repeated, are the adversarial input."""
 _BACKTRACKERS = (r"(x+x+)+y", r"(x|x)*y", r"(x*)*y", r"(?:x+){1,20}y")

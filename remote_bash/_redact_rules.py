@@ -127,6 +127,17 @@ def _not_ids(text: str) -> bool:
     return _IDS.search(text) is None
 
 
+def _option(keyword: str) -> str:
+    """A long option whose name ends in ``keyword`` (``--db-password``), then its value after a
+    space. A name that goes on past the keyword (``--password-stdin``, ``--token-file``) is not one:
+    the name's parts are read once, possessively, so a keyword of two parts names its last one
+    after a lookbehind (``(?<=-api-)key``)."""
+    return rf"-(?<![A-Za-z0-9-]-)-(?:[A-Za-z0-9]+-)*+(?i:{keyword})[ \t]+(?!-){_FLAG_VALUE}"
+
+
+_FLAG_GROUPS = ("v1", "v2", "v3")
+
+
 def _either_case(first: str, rest: str) -> tuple[str, str]:
     """Triggers for a keyword anchored at the letter ``first``, in both cases."""
     return f"{first.lower()}{rest}", f"{first.upper()}{rest}"
@@ -222,13 +233,15 @@ _RULES: tuple[_Rule, ...] = (
         _either_case("w", "(?<=(?i:pw))(?i:d)(?![A-Za-z0-9])"),
         _ASSIGNED,
     ),
-    # Options that take a password: --password x, --db-pass 'x' (a value of its own, after a space).
-    _Rule(
-        "password",
-        rf"-(?<![A-Za-z0-9-]-)-(?:[A-Za-z0-9]+-)*+(?i:pass(?:word|wd|phrase)?|pwd)[ \t]+(?!-){_FLAG_VALUE}",
-        (r"-(?<=--)(?:[A-Za-z0-9]+-)*+(?i:pass|pwd)",),
-        ("v1", "v2", "v3"),
-    ),
+    # Options that take a secret as a value of their own, after a space: --password x, --db-pass 'x',
+    # --token x, --auth-token x, --client-secret x, --api-key x (the CLIs of clouds, vault, gh).
+    _Rule("password", _option("pass(?:word|wd|phrase)?|pwd"), (r"-(?<=--)(?:[A-Za-z0-9]+-)*+(?i:pass|pwd)",),
+          _FLAG_GROUPS),
+    _Rule("token", _option("token"), _either_case("k", "(?<=(?i:tok))(?i:en)"), _FLAG_GROUPS),
+    _Rule("secret", _option("secret(?:key)?|(?<=-secret-)key"), _either_case("c", "(?<=(?i:sec))(?i:ret)"),
+          _FLAG_GROUPS),
+    _Rule("api-key", _option("apikey|(?<=-api-)key"), _either_case("k", "(?:(?<=(?i:api-k))|(?<=(?i:apik)))(?i:ey)"),
+          _FLAG_GROUPS),
     # curl -u user:password, --user, --proxy-user (a uid:gid of digits, as for docker -u, stays);
     # -u may end a bundle of short options (curl -fsSLu).
     _Rule(

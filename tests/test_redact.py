@@ -143,6 +143,14 @@ CASES = [
     ('-H "Authorization: Digest hunter2"', '-H "Authorization: Digest [REDACTED:authorization]"'),
     ("https://admin:hunter2@example.com/x", "https://admin:[REDACTED:url-password]@example.com/x"),
     ("--db-password hunter2 --token=abc", "--db-password [REDACTED:password] --token=[REDACTED:token]"),
+    # Options of other secrets, their value after a space; a longer name is another option.
+    ("gh --token abc1 x", "gh --token [REDACTED:token] x"),
+    ("vault login --auth-token 'ab c'", "vault login --auth-token '[REDACTED:token]'"),
+    ("x --client-secret s3 --api-key k1 --APIKEY k2",
+     "x --client-secret [REDACTED:secret] --api-key [REDACTED:api-key] --APIKEY [REDACTED:api-key]"),
+    ("x --aws-secret-key K --secret-key K2", "x --aws-secret-key [REDACTED:secret] --secret-key [REDACTED:secret]"),
+    ("x --token-file /p --max-tokens 100 --tokens 5 --token --verbose --password-stdin u --key k",
+     "x --token-file /p --max-tokens 100 --tokens 5 --token --verbose --password-stdin u --key k"),
     # Short options bundled before curl's -u, and XML elements with attributes or CDATA.
     (": curl -su admin:hunter2 x", ": curl -su admin:[REDACTED:password] x"),
     ("curl -fsSLu admin:hunter2 h", "curl -fsSLu admin:[REDACTED:password] h"),
@@ -563,7 +571,8 @@ def test_patterns_use_re2_syntax() -> None:
 
 ADVERSARIAL = ["sk-", "sk-ant-", "eyJ", "eyJ-", "AKIA", "ghp_", "xoxb-", "Bearer ", "password=", 'password="',
                "://a:", "@", "-----BEGIN RSA PRIVATE KEY-----", "login u ", "\"auth\": \"", "x",
-               "MYSQL_PWD=", "pass_", "--db-", "--password ", "-u a:", "-u", "sshpass -e", "mysql -u", "mysql",
+               "MYSQL_PWD=", "pass_", "--db-", "--password ",
+               "--token ", "--api-key ", "--a-secret-", "-api-", "-u a:", "-u", "sshpass -e", "mysql -u", "mysql",
                "<password>", "password:\n  ", "token: |\n", "Authorization: token ", "password\r="]
 
 
