@@ -627,7 +627,7 @@ async def test_background_output_after_a_call_opens_the_next_one(session: Remote
     await session.run("(head -c 1000000 /dev/zero | tr '\\0' a; echo; echo BGTAIL) &")
     expected = 1_000_000 + len("\nBGTAIL\n")
     # The job prints between calls: all of it must have arrived before the next call.
-    await wait_for(lambda: session._between is not None and session._between.total >= expected, within=10,
+    await wait_for(lambda: session._between is not None and session._between.total >= expected, within=30,
                    what="the background job's output", show=lambda: session._between and session._between.total)
     r = await session.run("echo next")
     assert r.truncated
