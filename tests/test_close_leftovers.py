@@ -112,17 +112,23 @@ async def test_close_stops_what_an_earlier_shell_of_the_session_left_running(web
         _until(lambda: not _pids(mark, hosts.user), "close to stop the earlier shell's job")
 
 
+async def _shell_died_after(host: Host, hosts: TestHosts, mark: str, command: str) -> RemoteBashSession:
+    """A session whose shell ran ``command`` (which leaves ``mark`` running), then died."""
+    session = RemoteBashSession(host, kill_grace=0.5, audit=False)
+    await session.start()
+    await session.run(command)
+    _until(lambda: _pids(mark, hosts.user), "what the command left to start")
+    assert (await session.run("exit 3")).shell_lost
+    return session
+
+
 @pytest.mark.parametrize("then", ["close", "restart"])
 async def test_close_or_restart_right_after_a_shell_died_stops_its_jobs(web1: Host, hosts: TestHosts,
                                                                          then: str) -> None:
     """No shell is left to end, yet the dead one's job runs on, adopted by init: it is stopped."""
     mark = _marker()
     with _reaped(mark, hosts.user):
-        session = RemoteBashSession(web1, kill_grace=0.5, audit=False)
-        await session.start()
-        await session.run(f"nohup sh -c 'sleep 300; : {mark}' >/dev/null 2>&1 &")
-        _until(lambda: _pids(mark, hosts.user), "the job to start")
-        assert (await session.run("exit 3")).shell_lost
+        session = await _shell_died_after(web1, hosts, mark, f"nohup sh -c 'sleep 300; : {mark}' >/dev/null 2>&1 &")
         if then == "restart":
             await session.restart()
             _until(lambda: not _pids(mark, hosts.user), "restart to stop the dead shell's job")
@@ -159,11 +165,7 @@ async def test_a_daemon_a_dead_shell_left_is_named_at_close_or_restart(web1: Hos
     another channel of the same login, and named (no login cgroup here to stop it by)."""
     mark = _marker()
     with _reaped(mark, hosts.user):
-        session = RemoteBashSession(web1, kill_grace=0.5, audit=False)
-        await session.start()
-        await session.run(f"(env -i setsid sh -c 'sleep 300; : {mark}' &)")
-        _until(lambda: _pids(mark, hosts.user), "the daemon to start")
-        assert (await session.run("exit 3")).shell_lost
+        session = await _shell_died_after(web1, hosts, mark, f"(env -i setsid sh -c 'sleep 300; : {mark}' &)")
         if then == "restart":
             await session.restart()
             report = session.last_kill
