@@ -3,9 +3,9 @@
 A record's line is its compact JSON, then ``"hash"``: the SHA-256 of the line's bytes before it,
 then, in a keyed chain, ``"mac"``: the HMAC-SHA256, under the audit key, of the line's bytes
 before it. Checks are made on the bytes as written, never on a re-serialization, and a record with
-a key repeated is refused (JSON parsers disagree on which one wins). An anchor (see
-:mod:`remote_bash.audit`) carries a MAC over its own bytes, with a context prefix so that it can
-never pass for a record's.
+a key repeated is refused (JSON parsers disagree on which one wins). An anchor and a head (see
+:mod:`remote_bash.audit`) carry a MAC over their own bytes, each with a context prefix of its own so
+that neither can pass for a record's, nor one for the other.
 
 Keys are 32 random bytes, kept as 64 hex digits in the OS keyring or in a 0600 file. This module
 never logs or prints a key, and never overwrites a key file.
@@ -31,11 +31,13 @@ __all__ = [
     "anchor_bytes",
     "anchor_problem",
     "check_key",
+    "head_bytes",
     "keyring_marker",
     "load_key_file",
     "mark_keyring_key",
     "new_key",
     "parse_anchor",
+    "parse_head",
     "parse_key",
     "seal",
     "sha256",
@@ -53,6 +55,7 @@ def sha256(data: bytes) -> str:
 _SEALED = re.compile(rb'(\{.*),"hash":"([0-9a-f]{64})"(?:,"mac":"([0-9a-f]{64})")?\}', re.DOTALL)
 _ANCHOR_MAC = re.compile(rb'(\{.*),"mac":"([0-9a-f]{64})"\}', re.DOTALL)
 _ANCHOR_CONTEXT = b"remote-bash audit anchor\n"  # an anchor's MAC can never pass for a record's
+_HEAD_CONTEXT = b"remote-bash audit head\n"  # nor a head's for an anchor's
 _KEY_BYTES = 32
 
 
@@ -138,31 +141,49 @@ def anchor_problem(anchor: Anchor, key: bytes | None) -> str | None:
 
 def parse_anchor(raw: bytes, host: str, key: bytes | None) -> Anchor:
     """Read an anchor file's bytes; ValueError when it is damaged. ``host`` as written in records."""
+    return _parse_mark(raw, host, key, _ANCHOR_CONTEXT, "anchor")
+
+
+def anchor_bytes(host: str, seq: int, digest: str, pruned: str, ts: str, key: bytes | None) -> bytes:
+    """The anchor file's content (without its newline), with a MAC when there is a key."""
+    return _mark_bytes({"host": host, "seq": seq, "hash": digest, "pruned": pruned, "ts": ts}, key, _ANCHOR_CONTEXT)
+
+
+def parse_head(raw: bytes, host: str, key: bytes | None) -> Anchor:
+    """Read a head file's bytes (the last record written: its seq and line hash); ValueError when
+    it is damaged."""
+    return _parse_mark(raw, host, key, _HEAD_CONTEXT, "head")
+
+
+def head_bytes(host: str, seq: int, digest: str, key: bytes | None) -> bytes:
+    """The head file's content (without its newline), with a MAC when there is a key."""
+    return _mark_bytes({"host": host, "seq": seq, "hash": digest}, key, _HEAD_CONTEXT)
+
+
+def _mark_bytes(payload: dict[str, Any], key: bytes | None, context: bytes) -> bytes:
+    data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+    if key is None:
+        return data
+    return data[:-1] + b',"mac":"' + _mac(key, context + data).encode() + b'"}'
+
+
+def _parse_mark(raw: bytes, host: str, key: bytes | None, context: bytes, what: str) -> Anchor:
     raw = raw.rstrip(b"\n")
     signed = _ANCHOR_MAC.fullmatch(raw)
     data = strict(signed[1] + b"}" if signed else raw)
     if data is None:
-        raise ValueError("the anchor file is damaged (not a JSON object)")
+        raise ValueError(f"the {what} file is damaged (not a JSON object)")
     seq, digest = data.get("seq"), data.get("hash")
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0 or not isinstance(digest, str):
-        raise ValueError("the anchor file is damaged (seq or hash missing)")
+        raise ValueError(f"the {what} file is damaged (seq or hash missing)")
     if signed is None:
         mac = "absent"
     elif key is None:
         mac = "unchecked"
     else:
-        good = hmac.compare_digest(_mac(key, _ANCHOR_CONTEXT + signed[1] + b"}").encode(), signed[2])
+        good = hmac.compare_digest(_mac(key, context + signed[1] + b"}").encode(), signed[2])
         mac = "ok" if good and data.get("host") == host else "bad"
     return Anchor(seq, digest, mac)
-
-
-def anchor_bytes(host: str, seq: int, digest: str, pruned: str, ts: str, key: bytes | None) -> bytes:
-    """The anchor file's content (without its newline), with a MAC when there is a key."""
-    payload = {"host": host, "seq": seq, "hash": digest, "pruned": pruned, "ts": ts}
-    data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
-    if key is None:
-        return data
-    return data[:-1] + b',"mac":"' + _mac(key, _ANCHOR_CONTEXT + data).encode() + b'"}'
 
 
 # -- audit keys -------------------------------------------------------------------------------

@@ -19,6 +19,10 @@ Layout, in ``directory``:
   starts. Only a keyed anchor (with a MAC) can vouch for that: an unkeyed one could have been
   written by whoever deleted the head, and does not verify. Nothing else is ever deleted.
 * ``<host>.jsonl.lock``: the lock every writer takes (it is never renamed).
+* ``<host>.jsonl.head``: the seq and line hash of the last record written (with a MAC in a
+  keyed chain), rewritten after every record. A log whose end no longer holds that record lost
+  records from its end: the next write records an ``audit.gap`` naming the seqs that are gone
+  (the seq goes on from the head's, never reused), and :meth:`AuditLog.verify` fails.
 
 A record is one JSON object on one line: ``ts`` (UTC, microseconds, ``Z``), ``event``,
 ``host``, ``seq`` (1, 2, 3, ... per host, across rotations), ``prev`` (SHA-256 of the
@@ -28,7 +32,8 @@ fields, then ``hash``: SHA-256 of the line's bytes before it, and in a keyed cha
 :mod:`remote_bash._audit_chain`). So an edit of any record, the last one included, breaks its
 own hash, a removed, inserted or reordered record breaks ``seq`` and ``prev``, and with a key an
 edit recomputed without it breaks the MAC. :meth:`AuditLog.verify` checks the bytes as written.
-Records removed from the end cannot be seen in the log itself, keyed or not.
+Records removed from the end are seen through the head file, as long as it is there: deleted with
+them, or put back from an older copy, it hides them (keyed, it cannot be forged).
 
 Writers in several threads, tasks and processes may share a host's file: each record is
 written under an exclusive ``flock`` on the lock file (and a thread lock), with a single
@@ -64,11 +69,13 @@ from remote_bash._audit_chain import (
     anchor_bytes,
     anchor_problem,
     check_key,
+    head_bytes,
     keyring_marker,
     load_key_file,
     mark_keyring_key,
     new_key,
     parse_anchor,
+    parse_head,
     parse_key,
     seal,
     sha256,
@@ -108,6 +115,7 @@ EVENTS = frozenset(
         "connect.error",
         "edit.start",
         "edit.end",
+        "audit.gap",
     }
 )
 """The events a record may carry."""
@@ -329,6 +337,8 @@ class AuditLog:
         fd = _open_log(path)
         try:
             stat = os.fstat(fd)
+            cached = self._last.get(host)
+            mine = cached is not None and cached[:3] == (stat.st_dev, stat.st_ino, stat.st_size)
             seq, prev, keyed = self._previous(host, path, fd, stat)
             if keyed and key is None:
                 raise AuditError(
@@ -337,36 +347,52 @@ class AuditLog:
                     "the command was not run because it could not be audited",
                     host=host,
                 )
-            # Stamped under the lock, so time order and seq order agree.
             name = host if type(host) is str and host.isascii() else _plain(host, "host")
-            head = {"ts": _now(), "event": event, "host": name, "seq": seq + 1, "prev": prev}
-            record = {**head, **extra}
-            body = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-            record["hash"] = digest = sha256(body)
-            data = seal(body, key, digest)
-            if key is not None:
-                record["mac"] = data[-66:-2].decode()
-            if stat.st_size > 0 and stat.st_size + len(data) + 1 > self.max_bytes:
-                os.close(fd)
-                fd = -1
-                self._rotate(host, path, key)
-                fd = _open_log(path)
-                stat = os.fstat(fd)
-            _write_line(fd, data + b"\n", stat.st_size, host, path)
-            if self.fsync:
-                os.fsync(fd)
-            self._last[host] = (
-                stat.st_dev,
-                stat.st_ino,
-                stat.st_size + len(data) + 1,
-                seq + 1,
-                sha256(data),
-                key is not None,
-            )
+            if not mine:
+                # Written by another process since, or never by this one: the end must still be the
+                # last record written, or records were removed from it.
+                last = _read_head(_head_path(path), name, key)
+                if last is not None and last.mac != "bad" and (
+                        last.seq > seq or (last.seq == seq and last.digest != prev)):
+                    # From the first seq whose record is gone (or, at the same seq, is not the one written).
+                    lost = {"lost_from": seq + 1 if last.seq > seq else seq, "lost_to": last.seq,
+                            "lost_hash": last.digest, "log_ends_at": seq}
+                    fd, _record, prev = self._line(host, name, "audit.gap", path, fd, last.seq, prev, lost, key)
+                    seq = last.seq + 1
+            fd, record, _digest = self._line(host, name, event, path, fd, seq, prev, extra, key)
             return record
         finally:
             if fd >= 0:
                 os.close(fd)
+
+    def _line(self, host: str, name: str, event: str, path: Path, fd: int, seq: int, prev: str,
+              extra: dict[str, Any], key: bytes | None) -> tuple[int, dict[str, Any], str]:
+        """Write the record after ``seq``/``prev`` (rotating first when it would not fit), then the
+        head; the descriptor of the current file (another one after a rotation), the record and
+        its line's hash."""
+        # Stamped under the lock, so time order and seq order agree.
+        head = {"ts": _now(), "event": event, "host": name, "seq": seq + 1, "prev": prev}
+        record = {**head, **extra}
+        body = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        record["hash"] = digest = sha256(body)
+        data = seal(body, key, digest)
+        if key is not None:
+            record["mac"] = data[-66:-2].decode()
+        stat = os.fstat(fd)
+        if stat.st_size > 0 and stat.st_size + len(data) + 1 > self.max_bytes:
+            os.close(fd)
+            fd = -1
+            self._rotate(host, path, key)
+            fd = _open_log(path)
+            stat = os.fstat(fd)
+        _write_line(fd, data + b"\n", stat.st_size, host, path)
+        if self.fsync:
+            os.fsync(fd)
+        line_hash = sha256(data)
+        _write_head(_head_path(path), host, head_bytes(name, seq + 1, line_hash, key), self.fsync)
+        self._last[host] = (stat.st_dev, stat.st_ino, stat.st_size + len(data) + 1, seq + 1, line_hash,
+                            key is not None)
+        return fd, record, line_hash
 
     def _previous(self, host: str, path: Path, fd: int, stat: os.stat_result) -> tuple[int, str, bool]:
         """The seq and line hash of the last record written for ``host``, and whether it was keyed."""
@@ -473,6 +499,7 @@ class AuditLog:
         count = keyed = unkeyed_prefix = unchecked = 0
         first = True
         last: dict[str, Any] | None = None
+        last_line = b""
         for path, (lineno, raw), _record in self._records(host):
             reasons = []
             if not raw.endswith(b"\n"):
@@ -485,6 +512,11 @@ class AuditLog:
             else:
                 count += 1
                 last = record
+                last_line = line
+                if record.get("event") == "audit.gap" and expected_seq is not None:
+                    reasons.append(_gap(record))
+                    if record.get("log_ends_at") == expected_seq - 1 and isinstance(record.get("seq"), int):
+                        expected_seq = record["seq"]  # the gap is said once, not again as a seq mismatch
                 reasons += _check_record(record, host, expected_seq, expected_prev, first)
                 seq = record.get("seq")
                 expected_seq = seq + 1 if isinstance(seq, int) and not isinstance(seq, bool) else None
@@ -503,6 +535,7 @@ class AuditLog:
             if reasons:
                 where = f"seq {record.get('seq')}" if record is not None else "seq ?"
                 problems.append(f"{path}:{lineno}: {where}: {'; '.join(reasons)}")
+        problems += _head_problems(_head_path(current), _plain(host, "host"), key, last, last_line)
         if key is not None and count and not keyed:
             problems.append(
                 f"{current}: no record carries a MAC although an audit key is set: the log was written "
@@ -565,6 +598,67 @@ def _now() -> str:
 
 def _rotated(current: Path, number: int) -> Path:
     return current.with_name(f"{current.name}.{number}")
+
+
+def _gap(record: Mapping[str, Any]) -> str:
+    return (f"records seq {record.get('lost_from')} to {record.get('lost_to')} were removed from the end of the "
+            f"log (it ended at seq {record.get('log_ends_at')} when this record was written, and its head "
+            "file named a later one)")
+
+
+def _head_problems(path: Path, name: str, key: bytes | None, last: Mapping[str, Any] | None,
+                   last_line: bytes) -> list[str]:
+    """What the head file (the last record written) says against the log's end."""
+    try:
+        head = parse_head(_read_all(path), name, key)
+    except FileNotFoundError:
+        return []
+    except ValueError as exc:
+        return [f"{path}: {exc}"]
+    if head.mac == "bad":
+        return [f"{path}: its MAC does not match: it was not written with this audit key (planted or edited)"]
+    if head.mac == "unchecked":
+        return []  # the records' MACs are unchecked too, and said so
+    seq = last.get("seq") if last is not None else 0
+    if not isinstance(seq, int) or head.seq < seq:
+        return []  # an older writer that keeps no head went on after it
+    if head.seq > seq:
+        return [f"{path}: the last record written was seq {head.seq}, but the log ends at seq {seq}: "
+                "records were removed from its end"]
+    if last is not None and sha256(last_line) != head.digest:
+        return [f"{path}: seq {seq} at the log's end is not the record written as seq {seq}: it was replaced"]
+    return []
+
+
+def _head_path(current: Path) -> Path:
+    return current.with_name(f"{current.name}.head")
+
+
+def _read_head(path: Path, name: str, key: bytes | None) -> Anchor | None:
+    """The head file (see the module docstring), or None when there is none or it is damaged (a
+    crash while it was rewritten): ``verify`` says which."""
+    try:
+        return parse_head(_read_all(path), name, key)
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _write_head(path: Path, host: str, data: bytes, fsync: bool) -> None:
+    """Rewrite the head in place (one write; a record is on disk before its head)."""
+    try:
+        fd = open_private(path, os.O_WRONLY | os.O_CREAT, what="the audit log")
+    except UnsafePath as exc:
+        raise AuditError(f"{exc.message}; the command was not run because it could not be audited", host=host) from exc
+    try:
+        line = data + b"\n"
+        os.pwrite(fd, line, 0)
+        os.ftruncate(fd, len(line))
+        if fsync:
+            os.fsync(fd)
+    except OSError as exc:
+        raise _audit_error(host, path, exc) from exc
+    finally:
+        os.close(fd)
 
 
 def _anchor_path(current: Path) -> Path:

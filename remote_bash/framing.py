@@ -52,6 +52,7 @@ __all__ = [
     "exit_frame",
     "frame_command",
     "init_script",
+    "may_run_a_subshell",
     "render_output",
     "shell_quote",
     "status_line_safe",
@@ -228,6 +229,18 @@ _HEREDOC = re.compile(r"<<(-?)[ \t]*(?:'([^'\n]*)'|\"([^\"\n]*)\"|\\?([^\s'\"<>|
 # after a function's header (``f()``, ``function f``), whose body the next line would become; a
 # comment may follow either.
 _CONTINUED = re.compile(r"(?:&&|\|\||\||\|&|\(\s*\)|\bfunction\s+[^\s;|&()<>]+(?:\s*\(\s*\))?)\s*(?:#[^\n]*)?\Z")
+
+
+_SUBSHELL = re.compile(r"(?<![$<>(])\((?!\()")
+
+
+def may_run_a_subshell(command: str) -> bool:
+    """True when the text may run a subshell ``( … )``: any ``(`` but those of ``$(``, ``<(``,
+    ``>(`` and arithmetic ``((``. After a subshell in the foreground, bash runs the abort signal's
+    trap only once the next command has started, too late for its ``break`` to stop it: on a
+    deadline such a command's shell is stopped at once and replaced instead. When in doubt (a
+    quoted paren, a function's ``()``), True: the only cost is the shell's state on a timeout."""
+    return "(" in command and _SUBSHELL.search(command) is not None
 
 
 def status_line_safe(command: str) -> bool:

@@ -237,7 +237,8 @@ def _clean_block(shell_pid: int, since: int, match: str) -> str:
 
 def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_pid: int | None = None,
                 exclude_self: bool = False, below: int | None = None, untagged_only: bool = False,
-                since: int | None = None, skip_when_clean: bool = False, login_strays: bool = False) -> str:
+                since: int | None = None, skip_when_clean: bool = False, login_strays: bool = False,
+                abort_stop: bool = False) -> str:
     """A POSIX sh script that signals every process whose environment holds ``match``
     (``NAME=value``), and ``also_pid`` if given, then prints ``RBKILL <count>`` of the
     processes it found. ``signal`` ``0`` only counts.
@@ -258,7 +259,9 @@ def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_p
     if signal not in ("0", "INT", "TERM", "KILL", "HUP"):
         raise ValueError(f"bad signal {signal!r}")
     extra = f"kill -0 {also_pid} 2>/dev/null && p=\"$p {also_pid}\"\n" if also_pid else ""
-    abort = f"kill -s {ABORT_SIGNAL} {abort_pid} 2>/dev/null\n" if abort_pid else ""
+    # With ``abort_stop`` the shell is stopped rather than sent the abort signal (whose trap bash
+    # runs too late after a subshell): it is replaced then.
+    abort = f"kill -s {'STOP' if abort_stop else ABORT_SIGNAL} {abort_pid} 2>/dev/null\n" if abort_pid else ""
     tree = ""
     if below:
         keep = (f'grep -qsz "^{CALL_ENV}=." "/proc/$x/environ" && continue; ' if untagged_only else "")

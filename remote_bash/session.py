@@ -145,6 +145,8 @@ class _Call:
         """When the frame was written (monotonic): the kill dates the call's start on the host by it."""
         self.noise: framing.KillNoiseFilter | None = None
         """Set once a kill began: the shell's reports of the jobs it killed are dropped."""
+        self.subshell = False
+        """The command may run a subshell ``( … )``: a deadline stops the shell (see framing.may_run_a_subshell)."""
 
     def feed(self, data: bytes) -> bytes:
         """Scan ``data``; returns the bytes that follow the sentinel, if it was found."""
@@ -705,6 +707,7 @@ class RemoteBashSession:
         live = _LiveOutput(on_output, self._redactor) if on_output is not None else None
         call = _Call(token, self.host.output_limit, live.feed if live is not None else None)
         call.live = live
+        call.subshell = framing.may_run_a_subshell(command)
         if self._between is not None:
             # What background jobs printed since the last call opens this call's output,
             # counted and hashed like the rest of it.
@@ -814,7 +817,7 @@ class RemoteBashSession:
             if shell.closed.is_set() or shell.exited:
                 break
             scan, replied = await self._signal(conn, tag, sig, since=since,
-                                               abort_pid=shell_pid if sig == "INT" else None)
+                                               abort_pid=shell_pid if sig == "INT" else None, stop=call.subshell)
             if since is None:
                 since = _call_start(call, scan, replied)
             else:
@@ -852,13 +855,13 @@ class RemoteBashSession:
         return report
 
     async def _signal(self, conn: SshConnection, tag: str, sig: str, *, since: int | None,
-                      abort_pid: int | None = None) -> tuple[reaper.KillScan, float]:
+                      abort_pid: int | None = None, stop: bool = False) -> tuple[reaper.KillScan, float]:
         """Send ``sig`` to the call's processes: those with its tag, the shell's children that carry
         no tag at all (they cleared their environment) and, with ``since``, strays in the login's
         cgroup. Returns what the script reported and when its answer came (monotonic)."""
         shell_pid = self.info.shell_pid if self.info else None
         script = reaper.kill_script(tag, sig, abort_pid=abort_pid, below=shell_pid, untagged_only=True,
-                                    since=since)
+                                    since=since, abort_stop=stop)
         _status, out = await conn.run_side(script, timeout=10)
         return reaper.parse_kill_output(out), time.monotonic()
 

@@ -84,6 +84,7 @@ def test_owner_only_permissions_under_umask_000(tmp_path: Path, umask_000: None)
         "web-1.jsonl.1",
         "web-1.jsonl.lock",
         "web-1.jsonl.anchor",
+        "web-1.jsonl.head",
     }
     for path in files:
         assert mode(path) == 0o600, path

@@ -67,10 +67,18 @@ def recompute(raw: list[bytes], start: int, edit: Callable[[dict[str, Any]], Non
     return out
 
 
-def tamper(log: AuditLog, change: Callable[[list[bytes]], list[bytes]]) -> Path:
+def tamper(log: AuditLog, change: Callable[[list[bytes]], list[bytes]], *, keep_head: bool = False) -> Path:
+    """Rewrite the log's lines; the editor deletes the head file too (which cannot say anything
+    then), unless ``keep_head``."""
     path = log.path(HOST)
     path.write_bytes(b"".join(change(lines(path))))
+    if not keep_head:
+        head(log).unlink()
     return path
+
+
+def head(log: AuditLog) -> Path:
+    return log.path(HOST).with_name(f"{HOST}.jsonl.head")
 
 
 def evil(record: dict[str, Any]) -> None:
@@ -197,12 +205,61 @@ def test_rotation_with_a_key_anchors_a_chain_that_verifies(tmp_path: Path) -> No
 def test_delete_the_tail(tmp_path: Path, keyed: bool) -> None:
     log = AuditLog(tmp_path, key=KEY if keyed else None)
     fill(log, 6)
+    path = tamper(log, lambda raw: raw[:4], keep_head=True)
+    report = log.verify(HOST)
+    assert not report.ok and report.last_seq == 4
+    assert report.problems == [f"{head(log)}: the last record written was seq 6, but the log ends at seq 4: "
+                               "records were removed from its end"]
+    # The next write says so in the log itself, and goes on from seq 6: no seq is used twice.
+    fill(log, 1)
+    gap, record = (json.loads(line) for line in lines(path)[-2:])
+    assert (gap["event"], gap["seq"], gap["lost_from"], gap["lost_to"], gap["log_ends_at"]) == ("audit.gap", 7, 5, 6, 4)
+    assert record["seq"] == 8
+    report = log.verify(HOST)
+    assert not report.ok and report.last_seq == 8
+    assert report.problems == [f"{path}:5: seq 7: records seq 5 to 6 were removed from the end of the log (it ended "
+                               "at seq 4 when this record was written, and its head file named a later one)"]
+    # An emptied log too.
+    path.write_bytes(b"")
+    assert "but the log ends at seq 0" in log.verify(HOST).problems[0]
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "keyed"])
+def test_delete_the_tail_and_the_head(tmp_path: Path, keyed: bool) -> None:
+    log = AuditLog(tmp_path, key=KEY if keyed else None)
+    fill(log, 6)
     tamper(log, lambda raw: raw[:4])
     report = log.verify(HOST)
-    # Whole records removed from the end leave a valid chain, keyed or not: the report gives the
-    # newest seq so it can be compared with a copy kept elsewhere (the README says so).
+    # With the head file gone, whole records removed from the end leave a valid chain, keyed or not:
+    # the report gives the newest seq to compare with a copy kept elsewhere (the README says so).
     assert report.ok
     assert report.last_seq == 4
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "keyed"])
+def test_replace_the_last_record(tmp_path: Path, keyed: bool) -> None:
+    log = AuditLog(tmp_path, key=KEY if keyed else None)
+    fill(log, 3)
+    # The editor recomputes the last record (with a MAC under a key of theirs, the only one they have).
+    path = tamper(log, lambda raw: recompute(raw, 2, evil, OTHER_KEY if keyed else None), keep_head=True)
+    report = log.verify(HOST)
+    assert not report.ok
+    assert f"{head(log)}: seq 3 at the log's end is not the record written as seq 3: it was replaced" in report.problems
+    # Then writes the head that matches it.
+    last = lines(path)[-1].rstrip(b"\n")
+    forged = {"host": HOST, "seq": 3, "hash": hashlib.sha256(last).hexdigest()}
+    data = json.dumps(forged, separators=(",", ":")).encode()
+    if keyed:
+        mac = hmac.new(OTHER_KEY, b"remote-bash audit head\n" + data, hashlib.sha256).hexdigest().encode()
+        data = data[:-1] + b',"mac":"' + mac + b'"}'
+    head(log).write_bytes(data + b"\n")
+    report = log.verify(HOST)
+    if not keyed:
+        assert report.ok and not report.keyed  # unkeyed: nothing tells a consistent forgery (said as UNKEYED)
+        return
+    assert not report.ok
+    assert f"{head(log)}: its MAC does not match: it was not written with this audit key (planted or edited)" \
+        in report.problems
 
 
 @pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "keyed"])

@@ -15,6 +15,7 @@ from remote_bash.framing import (
     ShellNames,
     clean_text,
     frame_command,
+    may_run_a_subshell,
     render_output,
     shell_quote,
 )
@@ -272,3 +273,12 @@ def test_a_continue_of_more_levels_than_the_frame_has_still_ends_its_call() -> N
     results = _through_bash(["x=1", "continue 3; echo no", "continue 1000", "echo $x; (exit 4)"])
     assert [(r[0], r[1], r[2]) for r in results] == [(b"", 0, False), (b"", 0, False), (b"", 0, False),
                                                      (b"1\n", 4, False)]
+
+
+@pytest.mark.parametrize(("command", "expected"), [
+    ("(sleep 30); rm f", True), ("x=1; ( cd /tmp && ls )", True), ("time (sleep 1)", True), ("f() { :; }", True),
+    ("echo '(quoted)'", True), ("x=$(date); echo $x", False), ("diff <(ls a) <(ls b)", False),
+    ("tee >(wc -l)", False), ("echo $((1 + 2)); ((x++))", False), ("ls -la", False),
+])
+def test_may_run_a_subshell(command: str, expected: bool) -> None:
+    assert may_run_a_subshell(command) is expected

@@ -515,6 +515,19 @@ async def test_streamed_output_is_masked_and_complete(session: RemoteBashSession
     assert streamed.startswith("start\n") and streamed.endswith(" tail")
 
 
+@pytest.mark.parametrize("form", ["({sleep}); {act}", "({sleep}) > /dev/null; {act}", "time ({sleep}); {act}",
+                                  "( ({sleep}) ); {act}", "x=1; ({sleep}); {act}; {act}2",
+                                  "({sleep}) || {act}"])
+async def test_the_rest_after_a_subshell_that_timed_out_does_not_run(session: RemoteBashSession, form: str) -> None:
+    """After a subshell in the foreground, bash starts one more command before the abort's trap
+    runs: a command that may run one has its shell stopped at the deadline instead, and replaced."""
+    mark = marker()
+    r = await session.run(form.format(sleep="sleep 30", act=f"touch /tmp/{mark}"), timeout=1)
+    assert r.timed_out and r.shell_lost
+    assert not Path(f"/tmp/{mark}").exists() and not Path(f"/tmp/{mark}2").exists()
+    assert (await session.run("echo fresh")).output == "fresh\n"
+
+
 async def test_timeout_in_a_command_substitution_keeps_the_shell(session: RemoteBashSession) -> None:
     await session.run("export KEEP=1; cd /tmp")
     r = await session.run("x=$(sleep 1000); echo after", timeout=1)
