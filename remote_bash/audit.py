@@ -182,7 +182,7 @@ class VerifyReport:
     fails. False means only the hash chain was checked, which shows edits but not forgery by
     someone who can recompute the hashes."""
     last_seq: int | None = None
-    """The seq of the newest record (records removed from the end cannot be seen in the log itself)."""
+    """The seq of the newest record (records removed from the end are seen only while the head file is kept)."""
     last_ts: str | None = None
     """The time of the newest record."""
     notes: list[str] = field(default_factory=list)
@@ -500,6 +500,7 @@ class AuditLog:
         first = True
         last: dict[str, Any] | None = None
         last_line = b""
+        calls = _Calls()
         for path, (lineno, raw), _record in self._records(host):
             reasons = []
             if not raw.endswith(b"\n"):
@@ -518,6 +519,7 @@ class AuditLog:
                     if record.get("log_ends_at") == expected_seq - 1 and isinstance(record.get("seq"), int):
                         expected_seq = record["seq"]  # the gap is said once, not again as a seq mismatch
                 reasons += _check_record(record, host, expected_seq, expected_prev, first)
+                problems += calls.see(record, f"{path}:{lineno}")
                 seq = record.get("seq")
                 expected_seq = seq + 1 if isinstance(seq, int) and not isinstance(seq, bool) else None
                 if mac == "ok":
@@ -598,6 +600,31 @@ def _now() -> str:
 
 def _rotated(current: Path, number: int) -> Path:
     return current.with_name(f"{current.name}.{number}")
+
+
+class _Calls:
+    """Each session's call in flight, as the records tell it: a session that goes on (another
+    call, its end) after an ``exec.start`` without that call's ``exec.end`` lost that record."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, tuple[str, Any, str]] = {}
+
+    def see(self, record: Mapping[str, Any], where: str) -> list[str]:
+        session, event = record.get("session_id"), record.get("event")
+        if not isinstance(session, str) or event not in ("exec.start", "exec.end", "session.end"):
+            return []
+        if event == "exec.end":
+            if self._open.get(session, ("",))[0] == record.get("call_id"):
+                del self._open[session]
+            return []
+        problems = []
+        if session in self._open:
+            call, seq, start = self._open.pop(session)
+            problems.append(f"{start}: seq {seq}: call {call} has no exec.end, although its session went on "
+                            f"(seq {record.get('seq')}): the record of its end was not written, or was removed")
+        if event == "exec.start" and isinstance(record.get("call_id"), str):
+            self._open[session] = (record["call_id"], record.get("seq"), where)
+        return problems
 
 
 def _gap(record: Mapping[str, Any]) -> str:

@@ -298,6 +298,9 @@ class CommandResult(_Config):
     """The deadline that applied, in seconds, after clamping."""
     kill: KillReport | None = None
     """How the command was ended, when it was."""
+    audit_error: str | None = None
+    """Set when the command ran but the audit log could not record its end (``exec.end``): what
+    failed. ``remote-bash audit verify`` then names the call whose end is missing."""
 
     @property
     def ok(self) -> bool:
@@ -307,7 +310,7 @@ class CommandResult(_Config):
     @classmethod
     def _from_session(cls, *, command: str, output: str, exit_code: int | None, timed_out: bool, truncated: bool,
                       shell_lost: bool, duration: float, output_bytes: int, output_sha256: str, timeout: float,
-                      kill: KillReport | None) -> CommandResult:
+                      kill: KillReport | None, audit_error: str | None = None) -> CommandResult:
         """The result a session built from values it computed itself, every field given with its
         type (the signature says which, and mypy holds the caller to it): made as pydantic's
         ``model_construct`` makes a model, without its generic field loop, and without validation,
@@ -317,7 +320,7 @@ class CommandResult(_Config):
         _set(result, "__dict__", {
             "command": command, "output": output, "exit_code": exit_code, "timed_out": timed_out,
             "truncated": truncated, "shell_lost": shell_lost, "duration": duration, "output_bytes": output_bytes,
-            "output_sha256": output_sha256, "timeout": timeout, "kill": kill,
+            "output_sha256": output_sha256, "timeout": timeout, "kill": kill, "audit_error": audit_error,
         })
         _set(result, "__pydantic_fields_set__", set(_RESULT_FIELDS))
         _set(result, "__pydantic_extra__", None)

@@ -917,7 +917,17 @@ class RemoteBashSession:
                 exit_code = None
         text, truncated = self._render(call.capture)
         sha256 = await _sha256(call.capture)
-        result = CommandResult._from_session(
+        audit_error = None
+        if self._audit is not None:  # the record's fields cost a few microseconds to build
+            audit_error = await self._audit_write(
+                "exec.end", command=command, tool_use_id=tool_use_id, call_id=call.token.call_id,
+                exit_code=exit_code, duration=round(duration, 6), timed_out=timed_out, shell_lost=shell_lost,
+                exit_signal=shell.exit_signal if shell_lost else None,
+                kill=kill.model_dump() if kill else None, output_bytes=call.capture.total,
+                output_sha256=sha256, output_head=text[:500], output_tail=text[-500:] if
+                len(text) > 500 else None, truncated=truncated, strict=False,
+            )
+        return CommandResult._from_session(
             command=self._redact(command),  # shown and stored (--json, fleet files): masked like the output
             output=text,
             exit_code=exit_code,
@@ -929,17 +939,8 @@ class RemoteBashSession:
             output_sha256=sha256,
             timeout=timeout,
             kill=kill,
+            audit_error=audit_error,
         )
-        if self._audit is not None:  # the record's fields cost a few microseconds to build
-            await self._audit_write(
-                "exec.end", command=command, tool_use_id=tool_use_id, call_id=call.token.call_id,
-                exit_code=exit_code, duration=round(duration, 6), timed_out=timed_out, shell_lost=shell_lost,
-                exit_signal=shell.exit_signal if shell_lost else None,
-                kill=kill.model_dump() if kill else None, output_bytes=call.capture.total,
-                output_sha256=sha256, output_head=text[:500], output_tail=text[-500:] if
-                len(text) > 500 else None, truncated=truncated, strict=False,
-            )
-        return result
 
     async def _settle(self, shell: ShellChannel, conn: SshConnection) -> None:
         """After the shell's channel closed: wait briefly so a dying connection shows as such."""
@@ -974,9 +975,11 @@ class RemoteBashSession:
         return framing.render_output(capture, self.host.output_limit, self._redact,
                                      redact_head=self._redact_head, redact_tail=self._redact_tail)
 
-    async def _audit_write(self, event: str, *, strict: bool = False, **fields: Any) -> None:
+    async def _audit_write(self, event: str, *, strict: bool = False, **fields: Any) -> str | None:
+        """Write a record; with ``strict`` a failure raises AuditError, else it is returned as text
+        (for a record written after the command ran: the command was run all the same)."""
         if self._audit is None:
-            return
+            return None
         if self._feed is not None:
             fields = {**fields, **self._feed.audit_fields(event)}
         record = {k: v for k, v in fields.items() if v is not None}
@@ -993,13 +996,16 @@ class RemoteBashSession:
             record.setdefault("host_key", host_key)
         try:
             await self._audit.awrite(self.host.name, event, **record)
-        except AuditError:
+        except AuditError as exc:
             if strict:
                 raise
+            return _after_the_fact(exc.message, event, self.host.name)
         except OSError as exc:
             if strict:
                 raise AuditError(f"cannot write the audit log ({exc}); the command was not run",
                                  host=self.host.name) from exc
+            return _after_the_fact(f"cannot write the audit log ({exc})", event, self.host.name)
+        return None
 
 
 async def _sha256(capture: framing.OutputCapture) -> str:
@@ -1039,6 +1045,13 @@ def _unchecked(scan: reaper.KillScan, since: int | None, what: str) -> str | Non
             f"process tree and without its tag, were left running: {shown}{more}. They may be daemons of "
             f"{what} that rewrote or cleared their environment, or another login's; this host keeps SSH "
             "logins in no cgroup of their own, so nothing tells which")
+
+
+def _after_the_fact(message: str, event: str, host: str) -> str:
+    """The words for a record that could not be written once its command had run."""
+    message = message.replace("; the command was not run because it could not be audited", "")
+    return (f"{message}; the command ran, but its {event} record is missing from the audit log "
+            f"(check it with 'remote-bash audit verify {host}')")
 
 
 def _expire(waiter: asyncio.Future[bool]) -> None:

@@ -177,6 +177,24 @@ def test_an_empty_allow_pattern_is_a_usage_error_not_no_allowlist(env: dict[str,
     assert "allowlist pattern is empty" in out.stderr
 
 
+@pytest.mark.parametrize("keep", [False, True], ids=["exec", "exec --keep"])
+def test_an_end_the_audit_log_could_not_record_is_said_and_verify_names_it(env: dict[str, str], keep: bool) -> None:
+    # The file size limit lets the start record (the command holds 6,000 characters) through, not
+    # the end record (the command again, with the output): the command has run by then.
+    big = "x" * 6000
+    words = [*CLI, "exec", *(["--keep"] if keep else []), "cli-a", "--", f"echo ran; : {big}"]
+    out = subprocess.run(["bash", "-c", 'ulimit -f 8; exec "$@"', "bash", *words], env=env, capture_output=True,
+                         text=True, timeout=60, stdin=subprocess.DEVNULL)
+    if keep:
+        cli(env, "sessions", "stop", "--all")
+    assert (out.returncode, out.stdout) == (0, "ran\n"), out.stderr
+    assert "the command ran, but its exec.end record is missing from the audit log" in out.stderr
+    assert "remote-bash: cli-a: cannot write the audit log" in out.stderr
+    verify = cli(env, "audit", "verify", "cli-a")
+    assert verify.returncode != 0
+    assert "has no exec.end, although its session went on" in verify.stdout + verify.stderr
+
+
 def test_exec_never_loads_the_anthropic_sdk(env: dict[str, str]) -> None:
     out = subprocess.run([sys.executable, "-X", "importtime", "-m", "remote_bash.cli", "exec", "cli-a", "--",
                           "echo light"], env=env, capture_output=True, text=True, timeout=60,

@@ -188,7 +188,8 @@ def _cmd_audit(ctx: _Context) -> int:
             _out(f"  note: {_one_line(note)}\n")
         if report.last_seq is not None:
             _out(f"  newest record: seq {report.last_seq} at {_one_line(report.last_ts or '?')}; records removed from "
-                 "the end cannot be seen in the log itself: compare with a copy kept elsewhere\n")
+                 "the end are seen only while the head file is kept with the log: compare with a copy kept "
+                 "elsewhere\n")
         return 0 if report.ok else EXIT_FAILED
     from remote_bash.audit import format_records
 

@@ -112,7 +112,16 @@ def _status(name: str, result: CommandResult) -> int:
 
 
 def _status_line(name: str, result: CommandResult) -> tuple[int, str | None]:
-    """The exit status for a command's result, and the line for stderr when it did not simply end."""
+    """The exit status for a command's result, and the line for stderr when it did not simply end
+    (or its end could not be audited: said on a line of its own, the status kept)."""
+    status, line = _ending(name, result)
+    if result.audit_error:
+        audit = f"{PROG}: {name}: {_one_line(result.audit_error)}"
+        line = audit if line is None else f"{line}\n{audit}"
+    return status, line
+
+
+def _ending(name: str, result: CommandResult) -> tuple[int, str | None]:
     if result.timed_out:
         line = f"{PROG}: {name}: the command did not finish within {result.timeout:g} s and was killed"
         if result.shell_lost:
