@@ -339,7 +339,7 @@ class AuditLog:
             stat = os.fstat(fd)
             cached = self._last.get(host)
             mine = cached is not None and cached[:3] == (stat.st_dev, stat.st_ino, stat.st_size)
-            seq, prev, keyed = self._previous(host, path, fd, stat)
+            seq, prev, keyed = self._previous(host, path, fd, stat, key)
             if keyed and key is None:
                 raise AuditError(
                     f"the audit log {path} is keyed (its last record carries a MAC) but no audit key was "
@@ -394,18 +394,20 @@ class AuditLog:
                             key is not None)
         return fd, record, line_hash
 
-    def _previous(self, host: str, path: Path, fd: int, stat: os.stat_result) -> tuple[int, str, bool]:
-        """The seq and line hash of the last record written for ``host``, and whether it was keyed."""
+    def _previous(self, host: str, path: Path, fd: int, stat: os.stat_result,
+                  key: bytes | None = None) -> tuple[int, str, bool]:
+        """The seq and line hash of the last record written for ``host``, and whether it was keyed
+        (read from the file: under ``key``, if it carries a MAC; see _last_record)."""
         cached = self._last.get(host)
         if cached is not None and cached[:3] == (stat.st_dev, stat.st_ino, stat.st_size):
             return cached[3], cached[4], cached[5]
         if stat.st_size > 0:
-            return _last_record(host, path, fd, stat.st_size)
+            return _last_record(host, path, fd, stat.st_size, key)
         newest = _rotated(path, 1)
         if newest.exists():
             rfd = _open_read(newest)
             try:
-                return _last_record(host, newest, rfd, os.fstat(rfd).st_size)
+                return _last_record(host, newest, rfd, os.fstat(rfd).st_size, key)
             finally:
                 os.close(rfd)
         try:
@@ -789,8 +791,10 @@ def _audit_error(host: str, path: Path, exc: OSError) -> AuditError:
     )
 
 
-def _last_record(host: str, path: Path, fd: int, size: int) -> tuple[int, str, bool]:
-    """The seq and line hash of the last line of an open log file, and whether it carries a MAC."""
+def _last_record(host: str, path: Path, fd: int, size: int, key: bytes | None = None) -> tuple[int, str, bool]:
+    """The seq and line hash of the last line of an open log file, and whether it carries a MAC
+    (with ``key``: a MAC that key does not match is an AuditError, so that a log is never
+    continued under another key)."""
     block = 64 * 1024
     data = b""
     offset = size
@@ -810,6 +814,14 @@ def _last_record(host: str, path: Path, fd: int, size: int) -> tuple[int, str, b
             f"the audit log {path} ends with a damaged record, so the chain cannot be continued; "
             "check it with `verify`, then move the damaged file aside; "
             "the command was not run because it could not be audited",
+            host=host,
+        )
+    if key is not None and "mac" in record and unseal(line[:-1], key)[1] == "bad":
+        raise AuditError(
+            f"the last record of the audit log {path} carries a MAC that the audit key found does not match: "
+            "it was written with another key (was the key replaced?), and a keyed log is never continued under "
+            f"another one; put back the key it was written with ({KEY_PLACES}), or move the log aside to start a "
+            "new one; the command was not run because it could not be audited",
             host=host,
         )
     return seq, sha256(line[:-1]), "mac" in record

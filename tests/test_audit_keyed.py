@@ -420,3 +420,12 @@ def test_cli_verify_of_a_keyed_log_without_its_key_fails_and_says_where_the_key_
     assert "no audit key was found to check them: a keyed log is verified only with its key" in out.stdout
     assert "audit_key_file in the inventory, or the OS keyring" in out.stdout
     assert "UNKEYED chain" not in out.stdout
+
+
+def test_a_keyed_log_is_never_continued_under_another_key(tmp_path: Path) -> None:
+    AuditLog(tmp_path, key=KEY).write(HOST, "exec.start", command="echo 1")
+    other = AuditLog(tmp_path, key=OTHER_KEY)  # the key file replaced by a new one, say
+    with pytest.raises(AuditError, match=r"written with another key .*the command was not run"):
+        other.write(HOST, "exec.start", command="echo 2")
+    assert len(lines(tmp_path / "web-1.jsonl")) == 1
+    assert AuditLog(tmp_path, key=KEY).verify(HOST).ok
