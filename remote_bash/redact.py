@@ -182,7 +182,16 @@ class Redactor:
             if second < 0:
                 return ""
             if not _OPEN_LINE.search(text, lead.end(), second + 1):
+                named = _NAME_LINE.search(text, max(lead.end(), second + 1 - _OPEN_NEAR), second + 1)
                 first, text = f"{first}\n{text[:second]}", text[second + 1 :]
+                third = text.find("\n")
+                if named and text[:1] in (" ", "\t") and third >= 0 and not self._opens_next(
+                        text, max(0, third + 1 - _OPEN_NEAR), third + 1):
+                    # That line may be a name (``- name: x_token``) whose ``value:`` is the next
+                    # line, and no name is itself a value: drop that value too.
+                    first, text = f"{first}\n{text[:third]}", text[third + 1 :]
+                elif named and text[:1] in (" ", "\t") and third < 0:
+                    return ""
         marker = first.rstrip("\r")
         if ("PRIVATE KEY" in marker or _MARKER_TAIL.fullmatch(marker)) and not _CLOSED_LINE.search(marker):
             # The dropped line opened a key block (or was the end of a marker line: no telling

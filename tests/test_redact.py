@@ -724,6 +724,9 @@ def test_head_and_tail_examples() -> None:
     assert redactor.redact_tail("one line, cut at both ends") == ""
     # The cut end of a YAML comment after a key: the indented value after it is dropped with it.
     assert Redactor().redact_tail(" c\n  pw0rd9\nnext") == "next"
+    # A cut name's value line may be a name of its own: the value line after it is dropped too.
+    assert Redactor().redact_tail("me: a_token\n  value: b_token\n  value: pw0rd9\nnext") == "next"
+    assert Redactor().redact_tail("me: a_token\n  value: b_token\n  value: pw0") == ""
 
 
 # -- lines longer than every bound --------------------------------------------------------------------
