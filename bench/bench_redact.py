@@ -48,6 +48,10 @@ _RULE_SAMPLES = (
     "<password>x</password>", "password:\n  x", "token: |\n  x", "Authorization: token x",
     "curl -fsSLu a:x", '<password a="1" b=\'2\'>x</password>', "<token><![CDATA[x]]></token>",
     "password: !!str &a # c\n\n  x", "passwords:\n  - x", "--auth-token x", "--client-secret-key x", "--x-api-key x",
+    "DB_PASSWORD=$'pw\\r'", "DB_PASSWORD='a'\\''S3CRET x'", "password=it\\'s\\ S3CRET", "password: 'it''s x'",
+    "password=hunt\rS3CRET6", 'Authorization: Digest username="admin", response="6629fae4"',
+    "-H 'Authorization: AWS4-HMAC-SHA256 Credential=A/x, Signature=abc'", '<add key="DbPassword" value="x"/>',
+    '<entry key="password">x</entry>', '{"name":"DB_PASSWORD","value":"x"}', "- name: DB_PASSWORD\n  value: x\n",
 )
 """One sample per built-in rule (and a known secret): their prefixes, repeated, are the adversarial input."""
 _BACKTRACKERS = (r"(x+x+)+y", r"(x|x)*y", r"(x*)*y", r"(?:x+){1,20}y")

@@ -76,10 +76,17 @@ it) until the next line is complete. In a command, ``printf 'token:\\n  x'`` spe
 and a tab as escapes: the value after them, up to a quote or a backslash, is masked too."""
 _VALUE = (
     rf"""(?:{_NEXT_LINE}|{_YAML_PROPS}(?:(?i:bearer|basic)[ \t]+)?"""
-    rf"""(?:"(?P<v1>(?:[^"\\\n-]+|\\[^\n]?|{_DASH})+)"?|'(?P<v2>(?:[^'\\\n-]+|\\[^\n]?|{_DASH})+)'?"""
-    rf"""|["']?(?P<v3>(?![{{\[])(?:[^\s"',;&-]+|{_DASH})+)))"""
+    rf"""(?:"(?P<v1>(?:[^"\\\n-]+|\\[^\n]?|{_DASH}|"")+)"?"""
+    rf"""|\$?'(?P<v2>(?:[^'\\\n-]+|\\[^\n]?|{_DASH}|'\\''|'')+)'?"""
+    rf"""|["']?(?P<v3>(?![{{\[])(?:[^\s"',;&\\-]+|\\[^\n]?|{_DASH}|\r++(?![\s"',;&]|\Z))+)))"""
 )
-"""A value never takes in the ``-----`` of a key block's BEGIN (``private_key: -----BEGIN ...``):
+"""A value as shells and YAML quote it: ``"..."``, ``'...'`` and ANSI-C ``$'...'`` (with backslash
+escapes), a quoted value going on after the ``'\\''`` of ``set`` and a doubled quote (``'it''s'`` in
+YAML), and a bare value with backslash-escaped characters (``printf %q``: ``a\\ b``) or a carriage
+return before more of it (``hunt\\rer2``, which the collapse of ``\\r`` lines would otherwise show).
+Each of these continuations starts with a character the runs before it stop at, so none is read twice.
+
+A value never takes in the ``-----`` of a key block's BEGIN (``private_key: -----BEGIN ...``):
 the key block rule masks the block, over all its lines. The runs inside a value are matched whole
 (``[...]+``), not a character per step: nothing can fail after a value, so nothing backtracks
 into them, and a long value costs one step per run instead of one per character."""
@@ -90,9 +97,34 @@ _XML = (
 """The text of an XML element named by the key (``<password>x</password>``): after its quoted
 attributes, if any (bare words and a ``>`` are a shell redirection: ``echo password >out``), and
 inside a CDATA section, which may hold a ``<``."""
-_ASSIGN = rf"(?:{_SEP}{_VALUE}|{_XML})"
-"""A separator and a value, or the text of an XML element named by the key."""
-_ASSIGNED = ("v1", "v2", "v3", "v4", "v5", "v6", "v7")
+_NAME_BLANKS = 8
+"""How many blanks may follow a name that holds a keyword at the end of its line."""
+_NAME_END = (
+    r"(?i:pass(?:word|wd|phrase)?s?|sshpass|pwd|secret(?:[_-]?key)?|secret_?access_?key|private[_-]?key"
+    rf"""|key[_-]data|token|api[_-]?key)(?:_[A-Za-z0-9_]{{0,64}}+)?["']?[ \t\r]{{0,{_NAME_BLANKS}}}"""
+)
+"""The end of a line that may be a name whose ``value:`` is on the next line: a keyword of any rule
+(and more of an identifier) at its end. Such a line is never itself taken as that value, so a
+name's value line is never the name of another: no match reaches over more than one newline,
+and the stream holds at most that line (and the key before it, when it may be that key's value)."""
+_SIBLING = (
+    r"""["'](?:[ \t]+(?i:value)[ \t]*=[ \t]*(?:"(?P<v8>[^"\n]++)"?|'(?P<v9>[^'\n]++)'?)"""
+    r"""|[ \t]*>(?P<v10>[^<>\n]++)(?=</))"""
+    r"""|"[ \t]*,[ \t]*"(?i:value)"[ \t]*:[ \t]*"(?P<v11>(?:[^"\\\n]++|\\[^\n]?)++)"?"""
+    rf"""|["']?[ \t\r]{{0,{_NAME_BLANKS}}}\n[ \t]++(?i:value)[ \t]*:[ \t]*"""
+    rf"""(?![^\n]*{_OPEN_END}(?:\n|\Z))(?![^\n]*?{_NAME_END}(?:\n|\Z))"""
+    r"""["']?(?P<v12>[^\s"']++(?:[ \t]+[^\s"']++)*+)"""
+)
+"""A name that holds the keyword, quoted, and the secret in the value that goes with it: an XML
+element's next attribute (``<add key="DbPassword" value="x"/>``, ``<property name="...password"
+value="x"/>``) or its text (``<entry key="password">x</entry>``, up to a closing tag: ``echo
+"password">out`` is a redirection), the next member of a JSON object (``{"name": "DB_PASSWORD",
+"value": "x"}``), or a YAML ``value:`` on the next, indented line (a Kubernetes container's
+``- name: DB_PASSWORD``). The last is the third rule that reaches over a newline: the stream holds a
+line that ends in a keyword until the next one is complete (``_NAME_END``)."""
+_ASSIGN = rf"(?:{_SEP}{_VALUE}|{_XML}|{_SIBLING})"
+"""A separator and a value, the text of an XML element named by the key, or a sibling value."""
+_ASSIGNED = ("v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12")
 _FLAG_VALUE = (
     r"""(?:"(?P<v1>[^"\n]+)"?|'(?P<v2>[^'\n]+)'?|(?P<v3>[^\s"']+))"""
 )
@@ -136,6 +168,11 @@ def _option(keyword: str) -> str:
 
 
 _FLAG_GROUPS = ("v1", "v2", "v3")
+_AUTH_HEAD = (
+    r"""(?i:uthorization)["']?[ \t]*[:=][ \t]*["']?(?!(?i:basic|bearer)[ \t])(?:[A-Za-z][A-Za-z0-9._-]{0,30}[ \t]+)?"""
+)
+_AUTH_GROUPS = ("v13", "v14", "v15")
+"""The credential of an Authorization header: to a closing ``"``, to a closing ``'``, to the end of the line."""
 
 
 def _either_case(first: str, rest: str) -> tuple[str, str]:
@@ -196,12 +233,15 @@ _RULES: tuple[_Rule, ...] = (
         _either_case("z", "(?<=(?i:authoriz))"),
         ("v1",),
     ),
+    # Everything after the scheme word is the credential (Digest's and AWS's have spaces and quotes
+    # in it): to the closing quote when the header is quoted (curl -H "Authorization: ..."), else to
+    # the end of the line.
     _Rule(
         "authorization",
-        r"""[Aa](?i:uthorization)["']?[ \t]*[:=][ \t]*["']?(?!(?i:basic|bearer)[ \t])"""
-        r"""(?:[A-Za-z][A-Za-z0-9._-]{0,30}[ \t]+)?(?P<v1>[^\s"']+)""",
+        rf"""[Aa](?:(?<="[Aa]){_AUTH_HEAD}(?P<v13>(?:[^"\\\n]++|\\[^\n]?)++)"""
+        rf"""|(?<='[Aa]){_AUTH_HEAD}(?P<v14>[^'\n]++)|(?<!["'][Aa]){_AUTH_HEAD}(?P<v15>(?:[^\r\n]++|\r++(?!\n|\Z))++))""",
         _either_case("z", "(?<=(?i:authoriz))"),
-        ("v1",),
+        _AUTH_GROUPS,
     ),
     # scheme://user:PASSWORD@host: the password runs to the last @ before the path.
     _Rule("url-password", r"""://[^\s:/?#@"'<>]*:(?P<v1>[^\s/?#"'<>]+)(?=@)""", ("@",), ("v1",)),
@@ -229,7 +269,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "password",
-        rf"""[Pp](?<![A-Za-z0-9/][Pp])(?i:wd){_KEY_TAIL}(?:{_SEP}(?!["']?/){_VALUE}|{_XML})""",
+        rf"""[Pp](?<![A-Za-z0-9/][Pp])(?i:wd){_KEY_TAIL}(?:{_SEP}(?!["']?/){_VALUE}|{_XML}|{_SIBLING})""",
         _either_case("w", "(?<=(?i:pw))(?i:d)(?![A-Za-z0-9])"),
         _ASSIGNED,
     ),

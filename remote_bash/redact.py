@@ -10,9 +10,10 @@ reads is still masked.
 
 Everything here is pure: no I/O, no logging, and nothing keeps the text it was shown.
 
-Apart from private key blocks and a YAML key whose value is on the next line, no built-in rule
-matches across a newline. That is what lets the stream cut its input at newlines (holding back a
-line that ends in a key) and still give exactly what :meth:`Redactor.redact` gives for the whole
+Apart from private key blocks, a YAML key whose value is on the next line and a name holding a
+keyword at a line's end whose ``value:`` is on the next line, no built-in rule matches across a
+newline. That is what lets the stream cut its input at newlines (holding back a line that ends in
+a key or such a name) and still give exactly what :meth:`Redactor.redact` gives for the whole
 text; extra patterns should keep to one line for the same reason.
 """
 
@@ -26,7 +27,9 @@ from enum import Enum
 
 from remote_bash._redact_rules import (
     _ASSIGNED,
+    _AUTH_GROUPS,
     _BLANK_LINES,
+    _NAME_END,
     _OPEN_END,
     _PEM_BEGIN,
     _PEM_END,
@@ -49,6 +52,8 @@ def mask(kind: str) -> str:
 
 _OPEN_LINE = re.compile(rf"{_OPEN_END}\n\Z")
 """A line ending in a separator (or a YAML block scalar's header): its value may be on the next line."""
+_NAME_LINE = re.compile(rf"{_NAME_END}\n\Z", re.ASCII)
+"""A line ending in a keyword: it may be a name whose ``value:`` is on the next line."""
 _BLANK_LINE = re.compile(r"[ \t\r]*\n")
 _LEAD_BLANKS = re.compile(rf"(?:[ \t\r]*\n){{0,{_BLANK_LINES}}}")
 """The blank lines that may stand between a YAML key and its value."""
@@ -177,7 +182,16 @@ class Redactor:
             if second < 0:
                 return ""
             if not _OPEN_LINE.search(text, lead.end(), second + 1):
+                named = _NAME_LINE.search(text, max(lead.end(), second + 1 - _OPEN_NEAR), second + 1)
                 first, text = f"{first}\n{text[:second]}", text[second + 1 :]
+                third = text.find("\n")
+                if named and text[:1] in (" ", "\t") and third >= 0 and not self._opens_next(
+                        text, max(0, third + 1 - _OPEN_NEAR), third + 1):
+                    # That line may be a name (``- name: x_token``) whose ``value:`` is the next
+                    # line, and no name is itself a value: drop that value too.
+                    first, text = f"{first}\n{text[:third]}", text[third + 1 :]
+                elif named and text[:1] in (" ", "\t") and third < 0:
+                    return ""
         marker = first.rstrip("\r")
         if ("PRIVATE KEY" in marker or _MARKER_TAIL.fullmatch(marker)) and not _CLOSED_LINE.search(marker):
             # The dropped line opened a key block (or was the end of a marker line: no telling
@@ -212,7 +226,7 @@ class Redactor:
         while (hit := self._trigger.search(text, done)) is not None:
             start = text.rfind("\n", 0, hit.start()) + 1
             end = text.find("\n", hit.start()) + 1 or len(text)
-            while end < len(text) and _OPEN_LINE.search(text, max(start, end - _OPEN_NEAR), end):
+            while end < len(text) and self._opens_next(text, max(start, end - _OPEN_NEAR), end):
                 # A key whose value may be on the next line: take that line too (and the one after
                 # the blank lines that may stand before its value).
                 blanks = _LEAD_BLANKS.match(text, end)
@@ -234,6 +248,11 @@ class Redactor:
             return text, -1
         pieces.append(text[done:])
         return "".join(pieces), -1
+
+    def _opens_next(self, text: str, near: int, end: int) -> bool:
+        """Whether the line ending at ``end`` (its last characters from ``near``) may have its value
+        on the next line: it ends in a separator, or in a word with a keyword near it."""
+        return _OPEN_LINE.search(text, near, end) is not None or _NAME_LINE.search(text, near, end) is not None
 
     def _redact_custom(self, text: str) -> str:
         for pattern in self._custom:
@@ -318,12 +337,16 @@ _DROP_QUOTED = {
     "'": re.compile(r"(?:[^'\\\n]|\\[^\n]?)*"),
 }
 """The rest of a quoted value: up to its closing quote or the end of the line."""
-_DROP_BARE = re.compile(r"""[^\s"'<>]*""")
-"""The rest of a token, a bare value or a URL's user and password: up to a space or a quote."""
+_DROP_BARE = re.compile(r"""(?:[^\s"'<>\\]|\\[^\n]?)*""")
+"""The rest of a token, a bare value or a URL's user and password: up to a space or a quote that
+no backslash escapes."""
 _DROP_TO = {"v4": re.compile(r"[^\n]*"), "v5": re.compile(r"[^<\n]*"),
-            "v6": re.compile(r"(?:[^\]\n]|\](?!\]>))*"), "v7": re.compile(r"""[^\s"'\\]*""")}
+            "v6": re.compile(r"(?:[^\]\n]|\](?!\]>))*"), "v7": re.compile(r"""[^\s"'\\]*"""),
+            "v10": re.compile(r"[^<>\n]*"), "v12": re.compile(r"[^\n]*"),
+            "v13": _DROP_QUOTED['"'], "v14": _DROP_QUOTED["'"], "v15": re.compile(r"[^\n]*")}
 """The rest of a value on the line after its key (to the end of the line), of an XML element's
-text, or of its CDATA section."""
+text, or of its CDATA section, or of an Authorization header's credential (to its closing quote or
+the end of the line)."""
 _OPEN_NEAR = 128
 """How far back from a line's end :meth:`StreamRedactor._open_line` looks for a keyword and separator."""
 _URL_OPEN = re.compile(r"""://[^\s/?#"'<>]*\Z""")
@@ -385,8 +408,8 @@ class StreamRedactor:
         end = self._drop.match(self._buf)
         assert end is not None  # the drop expressions match the empty string
         if end.end() == len(self._buf):
-            # A backslash at the end may escape the quote that comes next: keep it.
-            self._buf = "\\" if self._buf.endswith("\\") and self._drop is not _DROP_BARE else ""
+            # A backslash at the end may escape the quote (or blank) that comes next: keep it.
+            self._buf = "\\" if self._buf.endswith("\\") else ""
             return False
         self._buf = self._buf[end.end() :]
         self._mode = _Mode.NORMAL
@@ -440,8 +463,12 @@ class StreamRedactor:
         self._searched = len(self._buf)
         return out + self._check_pem_bound()
 
-    def _open_line(self, buf: str, cut: int) -> int:
-        """The start of the line that ends at ``cut`` if its value may be on the next line, else ``cut``."""
+    def _open_line(self, buf: str, cut: int, *, names: bool = True) -> int:
+        """The start of the line that ends at ``cut`` if its value may be on the next line, else ``cut``.
+
+        A name ending in a keyword (``- name: DB_PASSWORD``, whose ``value:`` may come next) may
+        itself be the value of a key before it (``password:``): that key is held with it. Only
+        ``names`` looks for such a name: a name is never the value of another name."""
         end = cut
         for _ in range(_BLANK_LINES + 1):
             if end == 0:
@@ -452,6 +479,8 @@ class StreamRedactor:
             near = max(start, end - _OPEN_NEAR)
             if _OPEN_LINE.search(buf, near, end) and self._redactor._trigger.search(buf, near, end):
                 return start
+            if names and end == cut and _NAME_LINE.search(buf, near, end):
+                return self._open_line(buf, start, names=False)
             if not _BLANK_LINE.fullmatch(buf, start, end):
                 return cut
             # A blank line: the value may still come after it, if the line before is such a key.
@@ -514,7 +543,10 @@ class StreamRedactor:
             name = match.lastgroup
             assert name is not None
             kind = self._redactor._rules[int(name[1:])].kind
-            for value in _ASSIGNED:
+            # A quote just before is kept with it: an Authorization header inside quotes ends at
+            # the closing one, which the rule only knows with the opening quote in view.
+            begin = match.start() - 1 if match.start() > start and buf[match.start() - 1] in "\"'" else match.start()
+            for value in (*_ASSIGNED, *_AUTH_GROUPS):
                 group = f"{name}{value}"
                 if group in combined.groupindex and match.start(group) >= 0:
                     at = match.start(group)
@@ -523,8 +555,8 @@ class StreamRedactor:
                     else:
                         quoted = value != "v3" and buf[at - 1] in _DROP_QUOTED
                         drop = _DROP_QUOTED[buf[at - 1]] if quoted else _DROP_BARE
-                    return _Open(match.start(), at, kind, drop)
-            return _Open(match.start(), match.start(), kind, _DROP_BARE)
+                    return _Open(begin, at, kind, drop)
+            return _Open(begin, match.start(), kind, _DROP_BARE)
         return None
 
     def _literal_head(self, buf: str, end: int) -> int:

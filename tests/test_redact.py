@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from remote_bash._redact_rules import _NAME_END
 from remote_bash.errors import ConfigError
 from remote_bash.redact import Redactor, StreamRedactor, mask
 
@@ -174,6 +175,42 @@ CASES = [
     # A command that prints YAML spells its newlines as escapes.
     ("printf 'token:\\n  hunter2\\n'", "printf 'token:\\n  [REDACTED:token]\\n'"),
     ('echo -e "password:\\n\\t- hunter2"', 'echo -e "password:\\n\\t- [REDACTED:password]"'),
+    # Values quoted as shells print them (declare -p, set, printf %q) and as YAML quotes them.
+    ("DB_PASSWORD=$'pw\\r'", "DB_PASSWORD=$'[REDACTED:password]'"),
+    ("export PASSWORD=$'S3CRET\\tq'", "export PASSWORD=$'[REDACTED:password]'"),
+    ("DB_PASSWORD='a'\\''S3CRET x'", "DB_PASSWORD='[REDACTED:password]'"),
+    ("password=it\\'s\\ S3CRET\\ tail next", "password=[REDACTED:password] next"),
+    ("DB_PASSWORD=S3CRET\\ tail", "DB_PASSWORD=[REDACTED:password]"),
+    ("password: 'it''s S3CRET'", "password: '[REDACTED:password]'"),
+    ("password: '''S3CRET'", "password: '[REDACTED:password]'"),
+    ('password: "a""S3CRET"', 'password: "[REDACTED:password]"'),
+    # A carriage return inside a bare value: the collapse of \r lines would show what follows it.
+    ("password=hunt\rS3CRET6\n", "password=[REDACTED:password]\n"),
+    ("password=hunter2\r\nnext", "password=[REDACTED:password]\r\nnext"),
+    ("password=hunter2\r next", "password=[REDACTED:password]\r next"),
+    # An Authorization header of any other scheme: all of it after the scheme word.
+    ('Authorization: Digest username="admin", realm="x", nonce="n", uri="/", response="6629fae4"',
+     "Authorization: Digest [REDACTED:authorization]"),
+    ("Authorization: AWS4-HMAC-SHA256 Credential=AKID/20240101/us-east-1/s3/aws4_request, "
+     "SignedHeaders=host, Signature=abc123\r\nHost: x",
+     "Authorization: AWS4-HMAC-SHA256 [REDACTED:authorization]\r\nHost: x"),
+    ('curl -H "Authorization: Digest username=\\"a\\", response=\\"66\\"" -H "X: 1"',
+     'curl -H "Authorization: Digest [REDACTED:authorization]" -H "X: 1"'),
+    ("curl -H 'Authorization: AWS4-HMAC-SHA256 Credential=A/x, Signature=abc' h",
+     "curl -H 'Authorization: AWS4-HMAC-SHA256 [REDACTED:authorization]' h"),
+    ('{"Authorization": "token abc def", "x": 1}', '{"Authorization": "token [REDACTED:authorization]", "x": 1}'),
+    # A name holding the keyword, and its secret in the value that goes with it.
+    ('<add key="DbPassword" value="S3CRET"/>', '<add key="DbPassword" value="[REDACTED:password]"/>'),
+    ('<property name="hibernate.connection.password" value="S3CRET"/>',
+     '<property name="hibernate.connection.password" value="[REDACTED:password]"/>'),
+    ("<add key='ApiKey' value='S3CRET'/>", "<add key='ApiKey' value='[REDACTED:api-key]'/>"),
+    ('<entry key="password">S3CRET</entry>', '<entry key="password">[REDACTED:password]</entry>'),
+    ('{"name":"DB_PASSWORD","value":"S3CRET"}', '{"name":"DB_PASSWORD","value":"[REDACTED:password]"}'),
+    ('{"name": "GITHUB_TOKEN", "value": "S3\\"CRET"}', '{"name": "GITHUB_TOKEN", "value": "[REDACTED:token]"}'),
+    ("env:\n- name: DB_PASSWORD\n  value: S3CRET\n- name: X\n  value: y\n",
+     "env:\n- name: DB_PASSWORD\n  value: [REDACTED:password]\n- name: X\n  value: y\n"),
+    ('  - name: client_secret\r\n    value: "S3 CRET"\r\n',
+     '  - name: client_secret\r\n    value: "[REDACTED:secret]"\r\n'),
     # Masking errs towards hiding: these may mean something else.
     ("sort -u a:b pass: 3", "sort -u a:[REDACTED:password] pass: [REDACTED:password]"),
     ("DB_PASS: hunter2 PASS=hunter2", "DB_PASS: [REDACTED:password] PASS=[REDACTED:password]"),
@@ -208,6 +245,9 @@ CLEAN = [
     "</password>",
     "docker run -itu 1000:1000 image",
     "echo password >out.txt; echo password a=1 >out.txt",
+    'echo "password">out.txt',
+    "password=''",
+    "- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef: {name: db}",
 ]
 
 
@@ -315,6 +355,16 @@ SECRET_FRAGMENTS = [
     "password: !!str # c\n  pw0rd9",
     "passwords:\n\n  - pw0rd9",
     "token: |\n    pw0rd9",
+    "password=$'pw0rd9\\t'",
+    "password='a'\\''pw0rd9'",
+    "password=a\\ pw0rd9",
+    "password: '''pw0rd9'",
+    "password=a\rpw0rd9",
+    'Authorization: Digest a="1", response="pw0rd9"',
+    '<add key="DbPassword" value="pw0rd9"/>',
+    '<entry key="token">pw0rd9</entry>',
+    '{"name":"DB_PASSWORD","value":"pw0rd9"}',
+    "- name: DB_PASSWORD\n  value: pw0rd9",
     pem("RSA PRIVATE KEY"),
     pem("PGP PRIVATE KEY BLOCK", "abc\n"),
     "-----BEGIN EC PRIVATE KEY-----\n",
@@ -383,6 +433,8 @@ def test_a_secret_between_spaces_never_survives(before: str, secret: str, after:
     assume(secret not in before and secret not in after)
     # A YAML value line that ends in a separator is read as a nested key, not as the value.
     assume("\n" not in secret or not re.match(r"[^\n]*[:=]", after))
+    # A value line that ends in a keyword is read as a name of its own (whose value is next), not as a value.
+    assume(not secret.startswith("- name:") or not re.match(rf"[^\n]*{_NAME_END}(?:\n|\Z)", after))
     text = f"{before} {secret} {after}"
     assert secret not in REDACTOR.redact(text)
 
@@ -422,6 +474,32 @@ def test_stream_releases_complete_lines_and_holds_the_rest(redactor: Redactor) -
     assert stream.feed("ter2 more\nnext") == "password=[REDACTED:password] more\n"
     assert stream.flush() == "next"
     assert stream.feed("again\n") == "again\n"
+
+
+QUOTED_AND_SIBLING_FORMS = [
+    "a\nDB_PASSWORD=$'pw\\r'\nb\n", "DB_PASSWORD='a'\\''S3CRET x'\n", "password=it\\'s\\ S3CRET\\ tail\n",
+    "password: '''S3CRET'\n", "password=hunt\rS3CRET6\n", 'x\nAuthorization: Digest a="1", response="66"\r\nHost: h\n',
+    '<add key="DbPassword" value="S3CRET"/>\n', '<entry key="password">S3CRET</entry>\n',
+    '{"name":"DB_PASSWORD","value":"S3CRET"}\n', "env:\n- name: DB_PASSWORD\n  value: S3CRET\n- name: X\n",
+    "password:\n  db_token\n  value: S3CRET\n", "- name: a_token\n  value: b_token\n  value: S3CRET\n",
+]
+
+
+@pytest.mark.parametrize("text", QUOTED_AND_SIBLING_FORMS)
+def test_stream_masks_quoted_and_sibling_values_as_the_whole_text(redactor: Redactor, text: str) -> None:
+    whole = redactor.redact(text)
+    for size in (1, 2, 3, 7):
+        stream = redactor.stream()
+        out = "".join(stream.feed(text[i : i + size]) for i in range(0, len(text), size)) + stream.flush()
+        assert out == whole
+    # Of the last two, a name's line is another key's value, or a value is another name's name.
+    assert "S3CRET" not in whole or text in QUOTED_AND_SIBLING_FORMS[-2:]
+
+
+def test_stream_holds_a_name_until_its_value_line(redactor: Redactor) -> None:
+    stream = redactor.stream()
+    assert stream.feed("ok\n- name: DB_PASSWORD\n") == "ok\n"
+    assert stream.feed("  value: S3CRET\n") == "- name: DB_PASSWORD\n  value: [REDACTED:password]\n"
 
 
 def test_stream_holds_an_open_key_until_end(redactor: Redactor) -> None:
@@ -573,7 +651,11 @@ ADVERSARIAL = ["sk-", "sk-ant-", "eyJ", "eyJ-", "AKIA", "ghp_", "xoxb-", "Bearer
                "://a:", "@", "-----BEGIN RSA PRIVATE KEY-----", "login u ", "\"auth\": \"", "x",
                "MYSQL_PWD=", "pass_", "--db-", "--password ",
                "--token ", "--api-key ", "--a-secret-", "-api-", "-u a:", "-u", "sshpass -e", "mysql -u", "mysql",
-               "<password>", "password:\n  ", "token: |\n", "Authorization: token ", "password\r="]
+               "<password>", "password:\n  ", "token: |\n", "Authorization: token ", "password\r=",
+               "password=$'", "password='a'\\''", "'\\''", "password: '''", "''", "password=a\\ ", "\\ ", "\\",
+               "password=a\r", "\ra", 'Authorization: Digest a="', '"Authorization: x \\"', "'Authorization: x ",
+               'key="DbPassword" value="', '"password">', '"password">a', '{"name":"DB_PASSWORD","value":"',
+               "name: DB_PASSWORD\n  value: ", "name: token\n", "  value: token\n", "password:\n  x_token\n"]
 
 
 @settings(max_examples=60, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -642,6 +724,9 @@ def test_head_and_tail_examples() -> None:
     assert redactor.redact_tail("one line, cut at both ends") == ""
     # The cut end of a YAML comment after a key: the indented value after it is dropped with it.
     assert Redactor().redact_tail(" c\n  pw0rd9\nnext") == "next"
+    # A cut name's value line may be a name of its own: the value line after it is dropped too.
+    assert Redactor().redact_tail("me: a_token\n  value: b_token\n  value: pw0rd9\nnext") == "next"
+    assert Redactor().redact_tail("me: a_token\n  value: b_token\n  value: pw0") == ""
 
 
 # -- lines longer than every bound --------------------------------------------------------------------

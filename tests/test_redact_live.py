@@ -120,6 +120,25 @@ async def test_a_carriage_return_cannot_hide_the_key_in_the_live_output(redact_h
                                      "=[REDACTED:password]\n")
 
 
+async def test_a_carriage_return_inside_a_value_cannot_show_its_rest(redact_host: Host) -> None:
+    # "password=hunt\rer2" collapses to "er2": the value goes on past the carriage return, in the
+    # result and in the live output alike.
+    chunks: list[str] = []
+    command = f"printf 'password={PASSWORD[:4]}\\r{PASSWORD[4:]}\\n'"
+    async with RemoteBashSession(redact_host) as session:
+        result = await session.run(command, timeout=30, on_output=chunks.append)
+    assert "".join(chunks) == result.output == "password=[REDACTED:password]\n"
+
+
+async def test_a_value_beside_its_name_on_the_next_line_is_masked_when_it_comes_in_a_later_read(
+        redact_host: Host) -> None:
+    chunks: list[str] = []
+    command = f"printf 'env:\\n- name: DB_PASSWORD\\n'; sleep 0.3; printf '  value: {PASSWORD}\\n- name: X\\n'"
+    async with RemoteBashSession(redact_host) as session:
+        result = await session.run(command, timeout=30, on_output=chunks.append)
+    assert "".join(chunks) == result.output == "env:\n- name: DB_PASSWORD\n  value: [REDACTED:password]\n- name: X\n"
+
+
 async def test_a_yaml_value_on_the_next_line_is_masked_when_it_comes_in_a_later_read(redact_host: Host) -> None:
     chunks: list[str] = []
     command = f"printf 'db:\\n  password:\\n'; sleep 0.3; printf '    {PASSWORD[:5]}'; sleep 0.3; " \
