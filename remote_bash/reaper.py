@@ -103,6 +103,9 @@ _STRAY_AWK = r"""
   split(s, f, " "); if (int(f[7] / 2097152) % 2) next
   pp[$1] = f[2]; st[$1] = f[20]; nm[$1] = n }
 END {
+  # A shell gone (it died, or the kill replaced it): the shell of this script, on a channel of the
+  # same login, stands in for it (its parent is the sshd of the login all the same).
+  if (!(S in uid)) S = M
   if (!(S in uid)) exit
   P = pp[S]
   for (x in pp) {
@@ -309,10 +312,27 @@ def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_p
         + ('q=; for x in $p; do [ "$x" = "$$" ] && continue; [ -d "/proc/$x" ] && q="$q $x"; done; p=$q\n'
            if exclude_self else 'q=; for x in $p; do [ -d "/proc/$x" ] && q="$q $x"; done; p=$q\n')
         + "set -- $p\n"
-        + (_INT_OR_TERM if signal == "INT" else
+        + (_INT_OR_TERM if signal == "INT" else _FREEZE_THEN_KILL.format(match=match) if signal == "KILL" else
            f"if [ $# -gt 0 ] && [ {signal} != 0 ]; then kill -s {signal} \"$@\" 2>/dev/null; fi\n")
         + 'echo "RBKILL $#"\n'
     )
+
+
+# KILL, after STOP: a process stopped cannot fork, so what keeps forking (each generation starting
+# the next and exiting, with INT and TERM ignored) is frozen first, together with the children its
+# processes started before their STOP landed (they carry the tag), a bounded number of times, and
+# only then killed. Without it such a chain outran the kill.
+_FREEZE_THEN_KILL = (
+    'if [ $# -gt 0 ]; then kill -s STOP "$@" 2>/dev/null; f=" $* "; i=0\n'
+    "  while [ $i -lt 50 ]; do i=$((i+1)); n=\n"
+    "    for x in $(cd /proc 2>/dev/null && grep -lsxzF '{match}' [0-9]*/environ 2>/dev/null | "
+    "sed 's,/environ,,'); do\n"
+    '      [ "$x" = "$$" ] && continue; case $f in *" $x "*) ;; *) [ -d "/proc/$x" ] && n="$n $x";; esac; done\n'
+    '    [ -z "$n" ] && break; kill -s STOP $n 2>/dev/null; f="$f$n "\n'
+    "  done\n"
+    "  set -- $f; kill -s KILL \"$@\" 2>/dev/null\n"
+    "fi\n"
+)
 
 
 # INT, but TERM at once for a process that ignores INT (its SigIgn mask has bit 2 set): INT would

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_bash import Host, RemoteBashSession
+from remote_bash import Host, RemoteBashSession, reaper
 from remote_bash.reaper import kill_script
 
 from .sshd import TestHosts, processes_with
@@ -331,3 +331,9 @@ def test_the_check_fails_when_the_shell_lost_its_tag(local_user: str) -> None:
     tag there (a command unset it), the scan runs."""
     out = _run_close(local_user, "true", env_tag=False)
     assert "RBCLEAN" not in out and "RBKILL" in out, out
+
+
+def test_the_awk_programs_hold_no_quote_that_would_end_them() -> None:
+    # Each is passed to awk inside single quotes: an apostrophe, even in a comment, ends it there.
+    for program in (reaper._STRAY_AWK, reaper._CLEAN_AWK):
+        assert "'" not in program

@@ -274,6 +274,21 @@ async def test_what_ignores_int_gets_term_at_the_deadline_not_a_grace_later(web1
         assert (await s.run("echo alive")).output == "alive\n"
 
 
+async def test_a_process_that_keeps_forking_is_stopped(session: RemoteBashSession, hosts: TestHosts) -> None:
+    """Each generation ignores INT, TERM and HUP, starts the next and exits: signalled one by one,
+    the chain outran the kill. Frozen first, it cannot."""
+    mark = marker()
+    script = (f"trap '' INT TERM HUP; n=$1; [ \"$n\" -ge 400 ] && {{ touch /tmp/{mark}.done; exit; }}; "
+              f"sleep 0.02; bash /tmp/{mark}.sh $((n+1)) &")
+    await session.run(f"cat > /tmp/{mark}.sh <<'EOF'\n{script}\nEOF")
+    r = await session.run(f"bash /tmp/{mark}.sh 0; sleep 30", timeout=1.5)
+    assert r.timed_out and r.kill is not None and r.kill.survivors == 0, r.kill
+    # A generation is always alive while the chain runs (each starts the next before it exits).
+    assert processes_with(f"{mark}.sh", hosts.user) == []
+    assert not Path(f"/tmp/{mark}.done").exists()
+    await session.run(f"rm -f /tmp/{mark}.sh")
+
+
 async def test_background_job_of_earlier_command_survives_a_timeout(session: RemoteBashSession,
                                                                      hosts: TestHosts) -> None:
     mark = marker()
