@@ -767,9 +767,13 @@ class RemoteBashSession:
         if not call.finished:
             with contextlib.suppress(RemoteBashError):
                 await self._drop_shell(kill=True)
+        text, truncated = self._render(call.capture)  # what the interrupted command printed is recorded too
         await self._audit_write("exec.end", command=command, tool_use_id=tool_use_id, call_id=call.token.call_id,
                                 interrupted=True, kill=kill.model_dump() if kill else None,
-                                duration=round(time.monotonic() - started, 6), strict=False)
+                                duration=round(time.monotonic() - started, 6), output_bytes=call.capture.total,
+                                output_sha256=await _sha256(call.capture), output_head=text[:500],
+                                output_tail=text[-500:] if len(text) > 500 else None, truncated=truncated,
+                                strict=False)
 
     async def _stopped(self) -> None:
         """Wait for the stop of an interrupted call, if one is under way. Waiting is cancellable;

@@ -74,12 +74,14 @@ def _ended(records: list[dict[str, Any]], marker: str) -> dict[str, Any]:
 def test_exec_killed_by_a_signal_kills_the_remote_command_and_audits(env: dict[str, str], hosts: TestHosts,
                                                                      sig: signal.Signals) -> None:
     marker = f"sleep 300.{str(uuid.uuid4().int)[:9]}"
-    stderr = _stopped(_start(env, "exec", "sig-a", "--", marker), sig, hosts, marker)
+    stderr = _stopped(_start(env, "exec", "sig-a", "--", f"echo started; {marker}"), sig, hosts, marker)
     assert stderr.strip().splitlines() == [stderr.strip()], stderr
     assert sig.name in stderr and "killed" in stderr
     records = audit_records(env, "sig-a")
     end = _ended(records, marker)
     assert end["interrupted"] is True and end["kill"] is not None
+    # What it printed before it was stopped is recorded as for any other end.
+    assert end["output_head"] == "started\n" and end["output_bytes"] == 8 and len(end["output_sha256"]) == 64
     assert any(r["event"] == "exec.kill" for r in records)
     assert records[-1]["event"] == "session.end"
 
