@@ -37,6 +37,7 @@ from .errors import UnsafePath
 __all__ = [
     "APP",
     "UnsafePath",
+    "account_name",
     "cache_dir",
     "config_dir",
     "home_dir",
@@ -233,3 +234,13 @@ def write_private(path: Path, data: bytes, *, what: str) -> None:
             view = view[os.write(fd, view):]
     finally:
         os.close(fd)
+
+
+def account_name() -> str:
+    """The name of the account the process runs as (its uid's, never ``$USER`` or ``$LOGNAME``,
+    which anyone can set): who the audit log says ran or approved a command."""
+    uid = os.getuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"

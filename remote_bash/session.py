@@ -20,7 +20,6 @@ import codecs
 import contextlib
 import enum
 import functools
-import getpass
 import math
 import sys
 import time
@@ -1120,10 +1119,9 @@ class _Deadline:
 
 
 def _operator() -> str:
-    try:
-        return sys.intern(getpass.getuser())
-    except (KeyError, OSError):
-        return "unknown"
+    from ._paths import account_name
+
+    return sys.intern(account_name())
 
 
 @functools.lru_cache(maxsize=64)

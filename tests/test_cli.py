@@ -195,6 +195,14 @@ def test_an_end_the_audit_log_could_not_record_is_said_and_verify_names_it(env: 
     assert "has no exec.end, although its session went on" in verify.stdout + verify.stderr
 
 
+def test_the_audit_names_the_account_not_what_user_says(env: dict[str, str]) -> None:
+    import pwd
+
+    assert cli({**env, "USER": "mallory", "LOGNAME": "mallory"}, "exec", "cli-a", "--", "true").returncode == 0
+    start = [r for r in audit_records(env, "cli-a") if r["event"] == "exec.start"][-1]
+    assert start["operator"] == pwd.getpwuid(os.getuid()).pw_name
+
+
 def test_exec_never_loads_the_anthropic_sdk(env: dict[str, str]) -> None:
     out = subprocess.run([sys.executable, "-X", "importtime", "-m", "remote_bash.cli", "exec", "cli-a", "--",
                           "echo light"], env=env, capture_output=True, text=True, timeout=60,

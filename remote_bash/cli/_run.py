@@ -114,9 +114,9 @@ def _approver(ctx: _Context) -> TerminalApprover:
     from ._approve import TerminalApprover
 
     mode: Mode = "all" if ctx.args.approve is True else "none" if ctx.args.approve is False else "rules"
-    import getpass
+    from remote_bash._paths import account_name
 
-    return TerminalApprover(getpass.getuser(), mode=mode, timeout=ctx.args.approve_timeout)
+    return TerminalApprover(account_name(), mode=mode, timeout=ctx.args.approve_timeout)
 
 
 class _AgentView:
