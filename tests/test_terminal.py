@@ -245,6 +245,23 @@ def test_escape_shows_what_was_there() -> None:
     assert escape("\x9b1m\ud800\U000e0041") == "\\x9b1m\\ud800\\U000e0041"
 
 
+def test_escape_covers_every_invisible_and_format_character() -> None:
+    # The escaped set is a written-out table: it must hold every control, format character,
+    # separator and surrogate of the running Python's Unicode (a newer Python may add some).
+    import json
+    import sys
+    import unicodedata
+
+    missed = [f"U+{o:04X}" for o in range(sys.maxunicode + 1)
+              if unicodedata.category(chr(o)) in ("Cc", "Cf", "Zl", "Zp", "Cs") and chr(o) not in "\n\t"
+              and (escape(chr(o)) == chr(o) or escape_json(chr(o)) == chr(o))]
+    assert missed == [], f"not escaped (unicodedata {unicodedata.unidata_version}): {missed}"
+    for c in "\U0001d173\U0001343f\U0001bca0\u0891\u0600":
+        shown = f"\\U{ord(c):08x}" if ord(c) > 0xFFFF else f"\\u{ord(c):04x}"
+        assert escape(f"a{c}b") == f"a{shown}b"
+        assert json.loads(escape_json(json.dumps(f"a{c}b", ensure_ascii=False))) == f"a{c}b"
+
+
 @given(st.recursive(st.none() | st.booleans() | st.integers() | TEXT,
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
                     max_leaves=8))
