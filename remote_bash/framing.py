@@ -594,25 +594,83 @@ class TextCleaner:
         return self._stripper.feed(text)
 
 
-def collapse_cr(text: str) -> str:
-    """Each line of ``text`` as its last ``\\r`` state: run on masked text only."""
-    return _collapse_cr(text)
+def collapse_cr(text: str, redact: Callable[[str], str] | None = None) -> str:
+    """Each line of ``text`` as a terminal would leave it after its ``\\r``: run on masked text
+    only. ``redact``, if given, masks the collapsed text again where a line was collapsed: what
+    a later state leaves of an earlier one can join a key and a value that were apart."""
+    out = _collapse_cr(text)
+    return redact(out) if redact is not None and out is not text else out
 
 
 def _collapse_cr(text: str) -> str:
-    # Each line shows what follows its last carriage return (a trailing one shows nothing).
-    # Line by line, so a long line costs one pass whatever its carriage returns.
+    # Line by line; each ``\r`` goes back to the line's start, and what follows overwrites what
+    # was there cell by cell, as on a terminal: what a shorter state does not cover stays shown
+    # (``wrote /etc/x\rDone.`` is ``Done./etc/x``), so a progress bar that repaints the same
+    # width shows its last state and a short line cannot hide a long one. Every character is
+    # written once, so a long line costs one pass whatever its carriage returns.
     if "\r" not in text:
         return text
     text = text.replace("\r\n", "\n")
     if "\r" not in text:
         return text
-    return "\n".join(_last_state(line) if "\r" in line else line for line in text.split("\n"))
+    return "\n".join(_overwrite(line) if "\r" in line else line for line in text.split("\n"))
 
 
-def _last_state(line: str) -> str:
-    line = line.rstrip("\r")
-    return line[line.rfind("\r") + 1:]
+_TAB = 8
+
+
+def _overwrite(line: str) -> str:
+    cells: list[str] = []
+    """One entry per terminal column: a character (with the zero-width ones that follow it), or
+    "" for the second column of a wide character."""
+    for part in line.split("\r"):
+        n = len(part)
+        if part.isascii() and "\t" not in part:
+            # One column per character, written from column 0: a slice assignment.
+            if n >= len(cells):
+                cells = list(part)
+                continue
+            cells[:n] = part
+            if cells[n] == "":
+                cells[n] = " "  # the wide character whose first column was overwritten is gone
+            continue
+        _write(cells, part)
+    return "".join(cells)
+
+
+def _write(cells: list[str], part: str) -> None:
+    import unicodedata
+
+    col = 0
+    for ch in part:
+        if ch == "\t":
+            col = (col // _TAB + 1) * _TAB  # moves the cursor, writes nothing
+            continue
+        if ord(ch) < 0x300:
+            width = 1
+        elif unicodedata.category(ch) in ("Mn", "Me", "Cf"):
+            # Zero-width: joins the character before it (or, at the line's start, the first).
+            if col:
+                if len(cells) < col:
+                    cells.extend(" " * (col - len(cells)))
+                cells[col - 1] += ch
+            elif cells:
+                cells[0] = ch + cells[0]
+            else:
+                cells.append(ch)
+            continue
+        else:
+            width = 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+        if len(cells) < col + width:
+            cells.extend(" " * (col + width - len(cells)))
+        if cells[col] == "" and col:
+            cells[col - 1] = " "  # overwriting the second column of a wide character blanks it
+        cells[col] = ch
+        if width == 2:
+            cells[col + 1] = ""
+        col += width
+        if col < len(cells) and cells[col] == "":
+            cells[col] = " "
 
 
 def _decode_head(data: bytes) -> str:
