@@ -716,9 +716,10 @@ def render_output(capture: OutputCapture, limit: int,
                   redact_tail: Callable[[str], str] | None = None) -> tuple[str, bool]:
     """The text Claude sees: decoded, cleaned, redacted, and cut to about ``limit`` characters.
 
-    When the output is longer, the start and the end are kept and a marker says how much of
-    the middle was cut. Redaction runs before the cut, on each kept piece whole, so a secret is
-    never split by the cut; a tail that starts inside a private key (its BEGIN line was cut
+    When the output is longer, the start and the end are kept, in whole lines (a line the cut
+    falls into is dropped, not shown in part), and a marker says how much of the middle was
+    cut. Redaction runs before the cut, on each kept piece whole, so a secret is never split
+    by the cut; a tail that starts inside a private key (its BEGIN line was cut
     away) is masked up to the key's END line. ``redact_head`` and ``redact_tail`` (the
     redactor's own, when it has them) redact the kept start and end knowing where the capture
     cut them, so a secret the capture's own cut falls into is not shown in part either.
@@ -726,27 +727,43 @@ def render_output(capture: OutputCapture, limit: int,
     """
     if not capture.total:
         return "", False
+    half = limit // 2
     if capture.total <= capture.limit:
         text = redact(clean_text(bytes(capture.head).decode("utf-8", "replace"), redact=redact))
         if len(text) <= limit:
             return text, False
-        half = limit // 2
-        cut = len(text) - 2 * half
-        return f"{text[:half]}\n[... {cut:,} characters cut ...]\n{text[-half:]}", True
+        head_kept, tail_kept = _head_lines(text, half), _tail_lines(text, half, whole=True)
+        cut = len(text) - len(head_kept) - len(tail_kept)
+        return f"{head_kept}[... {cut:,} characters cut ...]\n{tail_kept}", True
     head = (redact_head or redact)(clean_text(_decode_head(bytes(capture.head)), redact=redact))
     tail_bytes, state = capture.tail_chunks()
     tail = clean_text(_decode_tail(tail_bytes), state, redact)
     if redact_tail is not None:
-        tail = redact_tail(tail)
+        tail = redact_tail(tail)  # starts at a line's start: the cut line is dropped
     else:
         if "PRIVATE KEY-----" in tail:
             tail = _ORPHAN_KEY_END.sub("[REDACTED:private-key]", tail, count=1)
         tail = redact(tail)
-    half = limit // 2
-    head_kept, tail_kept = head[:half], tail[-half:] if half else ""
+    head_kept, tail_kept = _head_lines(head, half), _tail_lines(tail, half, whole=redact_tail is not None)
     shown = len(head_kept.encode("utf-8", "replace")) + len(tail_kept.encode("utf-8", "replace"))
     cut = max(capture.total - shown, 0)
-    return f"{head_kept}\n[... {cut:,} bytes cut: the output was {capture.total:,} bytes ...]\n{tail_kept}", True
+    return f"{head_kept}[... {cut:,} bytes cut: the output was {capture.total:,} bytes ...]\n{tail_kept}", True
+
+
+def _head_lines(text: str, n: int) -> str:
+    """The whole lines, newline included, in the first ``n`` characters of ``text``, a start of
+    a longer output: a line the cut (this one or the capture's) falls into is not shown in part."""
+    return text[:text.rfind("\n", 0, n) + 1]
+
+
+def _tail_lines(text: str, n: int, *, whole: bool) -> str:
+    """The whole lines in the last ``n`` characters of ``text``, the end of a longer output whose
+    first line is ``whole`` or may have been cut."""
+    start = max(len(text) - n, 0)
+    if (start == 0 and whole) or (start > 0 and text[start - 1] == "\n"):
+        return text[start:]
+    newline = text.find("\n", start)
+    return text[newline + 1:] if newline >= 0 else ""
 
 
 def exit_frame(script: str, names: ShellNames, *, restart: bool = False) -> bytes:

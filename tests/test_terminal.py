@@ -242,8 +242,8 @@ def test_the_tail_is_stripped_from_the_state_it_starts_in() -> None:
     cap = OutputCapture(limit=1024)
     cap.add(b"head\n" + b"x" * 2000)
     cap.add(b"\x1b]8;;https://example.com/")
-    cap.add(b"y" * 3000)
-    cap.add(b"\x07visible\n" + b"z" * 100)
+    cap.add(b"y" * 1500 + b"\n" + b"y" * 1500)  # a newline inside the string is part of it
+    cap.add(b"\x07\nvisible\n" + b"z" * 100)  # (the line the cut falls into is not shown)
     text, truncated = render_output(cap, 4000)
     assert truncated
     assert "visible" in text and "yyy" not in text and "example.com" not in text
@@ -252,10 +252,10 @@ def test_the_tail_is_stripped_from_the_state_it_starts_in() -> None:
 def test_a_c1_control_split_between_chunks_is_followed() -> None:
     cap = OutputCapture(limit=1024)
     cap.add(b"a" * 2000 + b"\xc2")
-    cap.add(b"\x9d0;secret title")  # U+009D: 8-bit OSC, its two bytes in two chunks
-    cap.add(b"\x1b\\shown\n" + b"b" * 1100)
+    cap.add(b"\x9d0;secret\ntitle")  # U+009D: 8-bit OSC, its two bytes in two chunks
+    cap.add(b"\x1b\\\nshown\n" + b"b" * 1100)
     text, _ = render_output(cap, 8000)
-    assert "shown" in text and "secret" not in text
+    assert "shown" in text and "secret" not in text and "title" not in text
 
 
 # -- escaping: the operator's terminal ------------------------------------------------------------------
