@@ -620,35 +620,37 @@ _TAB = 8
 
 
 def _overwrite(line: str) -> str:
+    parts = line.split("\r")
+    if (line.isascii() and "\t" not in line) or _NARROW.fullmatch(line):
+        # One column per character: each column shows the last part that reaches it. Most
+        # often the last part is the longest (a progress bar) and is all there is to show.
+        longest = max(map(len, parts))
+        if len(parts[-1]) == longest:
+            return parts[-1]
+        pieces, covered = [], 0
+        for part in reversed(parts):
+            if len(part) > covered:
+                pieces.append(part[covered:])
+                covered = len(part)
+                if covered == longest:
+                    break
+        return "".join(pieces)
     cells: list[str] = []
     """One entry per terminal column: a character (with the zero-width ones that follow it), or
     "" for the second column of a wide character."""
-    for part in line.split("\r"):
-        n = len(part)
-        if part.isascii() and "\t" not in part:
-            # One column per character, written from column 0: a slice assignment.
-            if n >= len(cells):
-                cells = list(part)
-                continue
-            cells[:n] = part
-            if cells[n] == "":
-                cells[n] = " "  # the wide character whose first column was overwritten is gone
-            continue
+    for part in parts:
         _write(cells, part)
     return "".join(cells)
 
 
 def _write(cells: list[str], part: str) -> None:
-    import unicodedata
-
     col = 0
     for ch in part:
         if ch == "\t":
             col = (col // _TAB + 1) * _TAB  # moves the cursor, writes nothing
             continue
-        if ord(ch) < 0x300:
-            width = 1
-        elif unicodedata.category(ch) in ("Mn", "Me", "Cf"):
+        width = 1 if ch < "\u0300" else _width(ch)
+        if not width:
             # Zero-width: joins the character before it (or, at the line's start, the first).
             if col:
                 if len(cells) < col:
@@ -659,8 +661,6 @@ def _write(cells: list[str], part: str) -> None:
             else:
                 cells.append(ch)
             continue
-        else:
-            width = 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
         if len(cells) < col + width:
             cells.extend(" " * (col + width - len(cells)))
         if cells[col] == "" and col:
@@ -671,6 +671,26 @@ def _write(cells: list[str], part: str) -> None:
         col += width
         if col < len(cells) and cells[col] == "":
             cells[col] = " "
+
+
+def _width(ch: str) -> int:
+    """Columns ``ch`` takes on a terminal: 0 for combining marks and format characters, 2 for
+    East Asian wide and fullwidth ones, else 1 (unassigned ones too: wider would hide more)."""
+    import unicodedata
+
+    category = unicodedata.category(ch)
+    if category in ("Mn", "Me", "Cf"):
+        return 0
+    return 2 if category != "Cn" and unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+# Stretches of characters one column wide each (Latin, Greek, Cyrillic, Armenian, punctuation,
+# currency, letterlike symbols, arrows, box drawing, blocks: what progress bars are made of), so
+# a line of them is collapsed without counting columns; tests/test_terminal.py checks it against _width.
+_NARROW = re.compile(
+    "[\x20-\x7e\xa0-\xac\xae-\u02ff\u0370-\u0482\u048a-\u0590\u2010-\u2027\u2030-\u205e"
+    "\u2070-\u20cf\u2100-\u2319\u2500-\u25fc\r]*+"
+)
 
 
 def _decode_head(data: bytes) -> str:

@@ -102,6 +102,18 @@ def test_a_shorter_state_does_not_hide_what_it_does_not_cover() -> None:
     assert clean_text("x" * 200_000 + "\ry" * 100_000) == "y" + "x" * 199_999
 
 
+def test_the_narrow_stretches_are_one_column_each() -> None:
+    # What the collapse reads without counting columns must take one column per character.
+    import sys
+
+    from remote_bash.framing import _NARROW, _width
+
+    wide = [f"U+{o:04X}" for o in range(sys.maxunicode + 1)
+            if chr(o) != "\r" and _NARROW.fullmatch(chr(o)) and _width(chr(o)) != 1]
+    assert wide == []
+    assert _width("中") == 2 and _width("\u0301") == 0 and _width("\u200b") == 0 and _width("\u0378") == 1
+
+
 def test_what_the_collapse_joins_is_masked_again() -> None:
     from remote_bash.framing import collapse_cr
 
