@@ -21,6 +21,7 @@ This module does no I/O; everything here is plain functions over bytes and str.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
@@ -621,7 +622,7 @@ _TAB = 8
 
 def _overwrite(line: str) -> str:
     parts = line.split("\r")
-    if (line.isascii() and "\t" not in line) or _NARROW.fullmatch(line):
+    if (line.isascii() and "\t" not in line) or _narrow().fullmatch(line):
         # One column per character: each column shows the last part that reaches it. Most
         # often the last part is the longest (a progress bar) and is all there is to show.
         longest = max(map(len, parts))
@@ -687,10 +688,14 @@ def _width(ch: str) -> int:
 # Stretches of characters one column wide each (Latin, Greek, Cyrillic, Armenian, punctuation,
 # currency, letterlike symbols, arrows, box drawing, blocks: what progress bars are made of), so
 # a line of them is collapsed without counting columns; tests/test_terminal.py checks it against _width.
-_NARROW = re.compile(
-    "[\x20-\x7e\xa0-\xac\xae-\u02ff\u0370-\u0482\u048a-\u0590\u2010-\u2027\u2030-\u205e"
-    "\u2070-\u20cf\u2100-\u2319\u2500-\u25fc\r]*+"
-)
+@functools.cache
+def _narrow() -> re.Pattern[str]:
+    # Compiled on the first line with a carriage return and other than ASCII: half a millisecond
+    # that most runs never need.
+    return re.compile(
+        "[\x20-\x7e\xa0-\xac\xae-\u02ff\u0370-\u0482\u048a-\u0590\u2010-\u2027\u2030-\u205e"
+        "\u2070-\u20cf\u2100-\u2319\u2500-\u25fc\r]*+"
+    )
 
 
 def _decode_head(data: bytes) -> str:

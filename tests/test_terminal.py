@@ -106,10 +106,10 @@ def test_the_narrow_stretches_are_one_column_each() -> None:
     # What the collapse reads without counting columns must take one column per character.
     import sys
 
-    from remote_bash.framing import _NARROW, _width
+    from remote_bash.framing import _narrow, _width
 
     wide = [f"U+{o:04X}" for o in range(sys.maxunicode + 1)
-            if chr(o) != "\r" and _NARROW.fullmatch(chr(o)) and _width(chr(o)) != 1]
+            if chr(o) != "\r" and _narrow().fullmatch(chr(o)) and _width(chr(o)) != 1]
     assert wide == []
     assert _width("中") == 2 and _width("\u0301") == 0 and _width("\u200b") == 0 and _width("\u0378") == 1
 
