@@ -12,11 +12,22 @@ import re
 
 __all__ = ["escape", "escape_json"]
 
+# Every character of Unicode category Cc (controls), Cf (format: zero-width, bidi, invisible
+# operators, tags), Zl and Zp (line and paragraph separators) and Cs (surrogates), of Unicode 15
+# (the Egyptian format controls it added included), with the unassigned code points between them
+# in a block. Written out rather than derived from unicodedata, which would cost a scan of every
+# code point (0.2 s) at each start; tests/test_terminal.py checks the table against the running Python's unicodedata.
 _ESCAPED_RANGES = [
     (0x00, 0x08), (0x0B, 0x1F), (0x7F, 0x9F),  # C0 but tab and newline, DEL, C1
-    (0x00AD, 0x00AD), (0x061C, 0x061C), (0x180E, 0x180E), (0x200B, 0x200F),  # invisible, bidi marks
+    (0x00AD, 0x00AD), (0x0600, 0x0605), (0x061C, 0x061C), (0x06DD, 0x06DD),  # soft hyphen, Arabic
+    (0x070F, 0x070F), (0x0890, 0x0891), (0x08E2, 0x08E2),  # Syriac, Arabic marks
+    (0x180E, 0x180E), (0x200B, 0x200F),  # Mongolian vowel separator, zero-width, bidi marks
     (0x2028, 0x202E), (0x2060, 0x206F), (0xFEFF, 0xFEFF), (0xFFF9, 0xFFFB),  # separators, bidi, invisible
     (0xD800, 0xDFFF),  # lone surrogates: not text, and no terminal encoding takes them
+    (0x110BD, 0x110BD), (0x110CD, 0x110CD),  # Kaithi number signs
+    (0x13430, 0x1343F),  # Egyptian hieroglyph format controls
+    (0x1BCA0, 0x1BCA3),  # shorthand format controls
+    (0x1D173, 0x1D17A),  # musical symbol format controls
     (0xE0000, 0xE007F),  # tag characters: invisible
 ]
 _VISIBLE = re.compile("[" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in _ESCAPED_RANGES) + "]")

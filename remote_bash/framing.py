@@ -21,6 +21,7 @@ This module does no I/O; everything here is plain functions over bytes and str.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
@@ -594,25 +595,107 @@ class TextCleaner:
         return self._stripper.feed(text)
 
 
-def collapse_cr(text: str) -> str:
-    """Each line of ``text`` as its last ``\\r`` state: run on masked text only."""
-    return _collapse_cr(text)
+def collapse_cr(text: str, redact: Callable[[str], str] | None = None) -> str:
+    """Each line of ``text`` as a terminal would leave it after its ``\\r``: run on masked text
+    only. ``redact``, if given, masks the collapsed text again where a line was collapsed: what
+    a later state leaves of an earlier one can join a key and a value that were apart."""
+    out = _collapse_cr(text)
+    return redact(out) if redact is not None and out is not text else out
 
 
 def _collapse_cr(text: str) -> str:
-    # Each line shows what follows its last carriage return (a trailing one shows nothing).
-    # Line by line, so a long line costs one pass whatever its carriage returns.
+    # Line by line; each ``\r`` goes back to the line's start, and what follows overwrites what
+    # was there cell by cell, as on a terminal: what a shorter state does not cover stays shown
+    # (``wrote /etc/x\rDone.`` is ``Done./etc/x``), so a progress bar that repaints the same
+    # width shows its last state and a short line cannot hide a long one. Every character is
+    # written once, so a long line costs one pass whatever its carriage returns.
     if "\r" not in text:
         return text
     text = text.replace("\r\n", "\n")
     if "\r" not in text:
         return text
-    return "\n".join(_last_state(line) if "\r" in line else line for line in text.split("\n"))
+    return "\n".join(_overwrite(line) if "\r" in line else line for line in text.split("\n"))
 
 
-def _last_state(line: str) -> str:
-    line = line.rstrip("\r")
-    return line[line.rfind("\r") + 1:]
+_TAB = 8
+
+
+def _overwrite(line: str) -> str:
+    parts = line.split("\r")
+    if (line.isascii() and "\t" not in line) or _narrow().fullmatch(line):
+        # One column per character: each column shows the last part that reaches it. Most
+        # often the last part is the longest (a progress bar) and is all there is to show.
+        longest = max(map(len, parts))
+        if len(parts[-1]) == longest:
+            return parts[-1]
+        pieces, covered = [], 0
+        for part in reversed(parts):
+            if len(part) > covered:
+                pieces.append(part[covered:])
+                covered = len(part)
+                if covered == longest:
+                    break
+        return "".join(pieces)
+    cells: list[str] = []
+    """One entry per terminal column: a character (with the zero-width ones that follow it), or
+    "" for the second column of a wide character."""
+    for part in parts:
+        _write(cells, part)
+    return "".join(cells)
+
+
+def _write(cells: list[str], part: str) -> None:
+    col = 0
+    for ch in part:
+        if ch == "\t":
+            col = (col // _TAB + 1) * _TAB  # moves the cursor, writes nothing
+            continue
+        width = 1 if ch < "\u0300" else _width(ch)
+        if not width:
+            # Zero-width: joins the character before it (or, at the line's start, the first).
+            if col:
+                if len(cells) < col:
+                    cells.extend(" " * (col - len(cells)))
+                cells[col - 1] += ch
+            elif cells:
+                cells[0] = ch + cells[0]
+            else:
+                cells.append(ch)
+            continue
+        if len(cells) < col + width:
+            cells.extend(" " * (col + width - len(cells)))
+        if cells[col] == "" and col:
+            cells[col - 1] = " "  # overwriting the second column of a wide character blanks it
+        cells[col] = ch
+        if width == 2:
+            cells[col + 1] = ""
+        col += width
+        if col < len(cells) and cells[col] == "":
+            cells[col] = " "
+
+
+def _width(ch: str) -> int:
+    """Columns ``ch`` takes on a terminal: 0 for combining marks and format characters, 2 for
+    East Asian wide and fullwidth ones, else 1 (unassigned ones too: wider would hide more)."""
+    import unicodedata
+
+    category = unicodedata.category(ch)
+    if category in ("Mn", "Me", "Cf"):
+        return 0
+    return 2 if category != "Cn" and unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+# Stretches of characters one column wide each (Latin, Greek, Cyrillic, Armenian, punctuation,
+# currency, letterlike symbols, arrows, box drawing, blocks: what progress bars are made of), so
+# a line of them is collapsed without counting columns; tests/test_terminal.py checks it against _width.
+@functools.cache
+def _narrow() -> re.Pattern[str]:
+    # Compiled on the first line with a carriage return and other than ASCII: half a millisecond
+    # that most runs never need.
+    return re.compile(
+        "[\x20-\x7e\xa0-\xac\xae-\u02ff\u0370-\u0482\u048a-\u0590\u2010-\u2027\u2030-\u205e"
+        "\u2070-\u20cf\u2100-\u2319\u2500-\u25fc\r]*+"
+    )
 
 
 def _decode_head(data: bytes) -> str:
@@ -658,9 +741,10 @@ def render_output(capture: OutputCapture, limit: int,
                   redact_tail: Callable[[str], str] | None = None) -> tuple[str, bool]:
     """The text Claude sees: decoded, cleaned, redacted, and cut to about ``limit`` characters.
 
-    When the output is longer, the start and the end are kept and a marker says how much of
-    the middle was cut. Redaction runs before the cut, on each kept piece whole, so a secret is
-    never split by the cut; a tail that starts inside a private key (its BEGIN line was cut
+    When the output is longer, the start and the end are kept, in whole lines (a line the cut
+    falls into is dropped, not shown in part), and a marker says how much of the middle was
+    cut. Redaction runs before the cut, on each kept piece whole, so a secret is never split
+    by the cut; a tail that starts inside a private key (its BEGIN line was cut
     away) is masked up to the key's END line. ``redact_head`` and ``redact_tail`` (the
     redactor's own, when it has them) redact the kept start and end knowing where the capture
     cut them, so a secret the capture's own cut falls into is not shown in part either.
@@ -668,27 +752,43 @@ def render_output(capture: OutputCapture, limit: int,
     """
     if not capture.total:
         return "", False
+    half = limit // 2
     if capture.total <= capture.limit:
         text = redact(clean_text(bytes(capture.head).decode("utf-8", "replace"), redact=redact))
         if len(text) <= limit:
             return text, False
-        half = limit // 2
-        cut = len(text) - 2 * half
-        return f"{text[:half]}\n[... {cut:,} characters cut ...]\n{text[-half:]}", True
+        head_kept, tail_kept = _head_lines(text, half), _tail_lines(text, half, whole=True)
+        cut = len(text) - len(head_kept) - len(tail_kept)
+        return f"{head_kept}[... {cut:,} characters cut ...]\n{tail_kept}", True
     head = (redact_head or redact)(clean_text(_decode_head(bytes(capture.head)), redact=redact))
     tail_bytes, state = capture.tail_chunks()
     tail = clean_text(_decode_tail(tail_bytes), state, redact)
     if redact_tail is not None:
-        tail = redact_tail(tail)
+        tail = redact_tail(tail)  # starts at a line's start: the cut line is dropped
     else:
         if "PRIVATE KEY-----" in tail:
             tail = _ORPHAN_KEY_END.sub("[REDACTED:private-key]", tail, count=1)
         tail = redact(tail)
-    half = limit // 2
-    head_kept, tail_kept = head[:half], tail[-half:] if half else ""
+    head_kept, tail_kept = _head_lines(head, half), _tail_lines(tail, half, whole=redact_tail is not None)
     shown = len(head_kept.encode("utf-8", "replace")) + len(tail_kept.encode("utf-8", "replace"))
     cut = max(capture.total - shown, 0)
-    return f"{head_kept}\n[... {cut:,} bytes cut: the output was {capture.total:,} bytes ...]\n{tail_kept}", True
+    return f"{head_kept}[... {cut:,} bytes cut: the output was {capture.total:,} bytes ...]\n{tail_kept}", True
+
+
+def _head_lines(text: str, n: int) -> str:
+    """The whole lines, newline included, in the first ``n`` characters of ``text``, a start of
+    a longer output: a line the cut (this one or the capture's) falls into is not shown in part."""
+    return text[:text.rfind("\n", 0, n) + 1]
+
+
+def _tail_lines(text: str, n: int, *, whole: bool) -> str:
+    """The whole lines in the last ``n`` characters of ``text``, the end of a longer output whose
+    first line is ``whole`` or may have been cut."""
+    start = max(len(text) - n, 0)
+    if (start == 0 and whole) or (start > 0 and text[start - 1] == "\n"):
+        return text[start:]
+    newline = text.find("\n", start)
+    return text[newline + 1:] if newline >= 0 else ""
 
 
 def exit_frame(script: str, names: ShellNames, *, restart: bool = False) -> bytes:

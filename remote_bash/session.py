@@ -208,13 +208,13 @@ class _LiveOutput:
     def feed(self, text: str) -> None:
         out = self._stream.feed(text) if self._stream is not None else self._redactor.redact(text)
         if out:
-            self._sink(framing.collapse_cr(out))
+            self._sink(framing.collapse_cr(out, self._redactor.redact))
 
     def flush(self) -> None:
         if self._stream is not None:
             out = self._stream.flush()
             if out:
-                self._sink(framing.collapse_cr(out))
+                self._sink(framing.collapse_cr(out, self._redactor.redact))
 
 
 class RemoteBashSession:

@@ -12,7 +12,8 @@ Two jobs over plain ``str``, both one linear pass:
   A sequence split across chunks is stripped all the same: the scanner's state is carried over.
 - :func:`escape` shows every character a terminal could act on as visible text (``\\x1b]52;...``):
   C0 controls but newline and tab, DEL, C1 controls, bidirectional overrides and isolates,
-  zero-width and other invisible format characters, and lone surrogates (which cannot be encoded).
+  zero-width and every other format character (category Cf), line and paragraph separators, and
+  lone surrogates (which cannot be encoded).
   :func:`escape_json` does the same with JSON's ``\\uXXXX`` escapes, for JSON text.
 
 The scanner uses regular expressions only as single character classes (a run of one class) and

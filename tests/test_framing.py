@@ -143,6 +143,26 @@ def test_rendered_output_is_bounded(data: bytes, limit: int) -> None:
         assert text == clean_text(data.decode("utf-8", "replace"))
 
 
+@given(lines=st.lists(st.text("ab\u00e9\u4e2d", max_size=30), min_size=1, max_size=400),
+       limit=st.integers(200, 1500), capture=st.integers(100, 3000))
+@settings(max_examples=200)
+def test_the_kept_parts_are_whole_lines(lines: list[str], limit: int, capture: int) -> None:
+    # Without a redactor's help too: a line the capture's cut or the rendering's cut falls into
+    # is not shown in part.
+    cap = OutputCapture(limit=capture)
+    cap.add("".join(f"{line}\n" for line in lines).encode())
+    text, truncated = render_output(cap, limit)
+    if not truncated:
+        assert text.splitlines() == lines
+        return
+    head, _, rest = text.partition("[... ")
+    tail = rest.split(" ...]\n", 1)[1]
+    assert head == "" or head.endswith("\n")
+    shown_head, shown_tail = head.splitlines(), tail.splitlines()
+    assert shown_head == lines[:len(shown_head)]
+    assert shown_tail == (lines[len(lines) - len(shown_tail):] if shown_tail else [])
+
+
 @given(command=st.text(max_size=500).filter(lambda s: "\x00" not in s))
 def test_frame_never_contains_the_sentinel(command: str) -> None:
     token, names = CallToken.new(), ShellNames.new()

@@ -397,6 +397,30 @@ async def test_output_limit_is_configurable(web1: Host) -> None:
         assert r.output.startswith("1\n2\n") and r.output.endswith("99999\n100000\n")
 
 
+@pytest.mark.parametrize("limit", [200, 1000, 1001, 4096, 30_000])
+async def test_the_kept_head_and_tail_are_whole_lines(web1: Host, limit: int) -> None:
+    # The cut falls where it falls in characters; what is shown of either side is whole lines,
+    # whether the capture cut the output (cut in bytes) or only the rendering did.
+    async with RemoteBashSession(web1.model_copy(update={"output_limit": limit})) as s:
+        for command, lines in (("seq 1 20000", [str(i) for i in range(1, 20001)]),
+                               ("seq 1 400", [str(i) for i in range(1, 401)]),
+                               ("for i in $(seq 400); do echo \"line $i\"; done",
+                                [f"line {i}" for i in range(1, 401)])):
+            r = await s.run(command)
+            if not r.truncated:
+                assert r.output.splitlines() == lines
+                continue
+            assert len(r.output) < limit + 200
+            head, marker, tail = r.output.partition("[... ")
+            assert head.endswith("\n") or head == ""
+            assert marker and tail.endswith("\n")
+            shown_head = head.splitlines()
+            shown_tail = tail.split(" ...]\n", 1)[1].splitlines()
+            assert shown_head == lines[:len(shown_head)]
+            assert shown_tail == (lines[-len(shown_tail):] if shown_tail else [])
+            assert len(shown_head) + len(shown_tail) > 0
+
+
 # -- ciphers ----------------------------------------------------------------------------------
 
 
