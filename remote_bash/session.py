@@ -874,7 +874,18 @@ class RemoteBashSession:
         shell_lost = not call.finished
         if shell_lost:
             # The sentinel never came: the shell ended (exit, exec, kill -9 $$, set -e) or the
-            # connection died. Keep what it printed; never re-run the command.
+            # connection died. Keep what it printed; never re-run the command. Its last words (bash's
+            # "unbound variable") may still be on their way behind its exit status: they are this
+            # call's, not the next one's, so the call takes them until the channel has closed.
+            if not shell.closed.is_set() and not conn.is_closed:
+                self._call = call
+                waiters = [asyncio.ensure_future(shell.closed.wait()), asyncio.ensure_future(conn.lost.wait())]
+                try:
+                    await asyncio.wait(waiters, timeout=2, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for waiter in waiters:
+                        waiter.cancel()
+                    self._call = None
             held = call.scanner.pending()
             if call.noise is not None:
                 held = call.noise.feed(held) + call.noise.flush()
