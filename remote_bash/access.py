@@ -2,7 +2,8 @@
 
 A :class:`Gate` holds an inventory and an optional allowlist pattern. Before anything is
 connected it refuses a host when any hop of its route is not in the inventory, points at an
-address or names jump hosts the inventory does not give it, or is outside the allowlist; the route is the host's
+address, names jump hosts or trusts host keys (another known_hosts file or host_key_policy) the
+inventory does not give it, or is outside the allowlist; the route is the host's
 jump hosts, theirs, and so on (recursively, from the inventory), first hop first. A route that
 differs from the inventory's (a jump host left out, or one added) is refused too, so no caller can
 reach a host by a way the inventory does not describe. Every refusal raises
@@ -20,6 +21,7 @@ import the session (the session imports this module).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from .errors import HostNotAllowed, SelectionError
@@ -84,6 +86,13 @@ class Gate:
             return (f"{role} {host.name!r} names the jump hosts {list(host.jump)}, but the inventory says "
                     f"{list(known.jump)}: a host is reached only by its inventory route (to route it another "
                     "way, change its jump: in the inventory)")
+        changed = _key_trust(host, known)
+        if changed:
+            # Which key is trusted is the inventory's: a copy pointing at another known_hosts file (an
+            # empty one, to accept any key anew) or another policy would trust what it does not.
+            field, theirs, ours = changed[0]
+            return (f"{role} {host.name!r} has {field} {theirs}, but the inventory says {ours}: a host key is "
+                    f"trusted only as the inventory says (to change it, change {field}: in the inventory)")
         if self.allowed is not None and host.name not in self.allowed:
             return f"{role} {host.name!r} is outside this session's allowlist {self.allow!r}"
         return None
@@ -161,6 +170,22 @@ class Gate:
         """The gate of the inventory ``host`` was loaded from, or None for a host made in code."""
         inventory = inventory_of(host)
         return cls(inventory, audit=audit) if isinstance(inventory, Inventory) else None
+
+
+def _known_hosts(host: Host) -> Path:
+    """The known_hosts file ``host``'s key is checked against (as the connection picks it)."""
+    return (host.known_hosts or Path("~/.ssh/known_hosts")).expanduser()
+
+
+def _key_trust(host: Host, known: Host) -> list[tuple[str, str, str]]:
+    """The settings deciding which key of ``host`` is trusted that differ from the inventory's
+    ``known``, as (field, given, inventory's). The CAs and revoked keys are lines of the file."""
+    differ: list[tuple[str, str, str]] = []
+    if _known_hosts(host) != _known_hosts(known):
+        differ.append(("known_hosts", str(_known_hosts(host)), str(_known_hosts(known))))
+    if host.host_key_policy != known.host_key_policy:
+        differ.append(("host_key_policy", host.host_key_policy, known.host_key_policy))
+    return differ
 
 
 def _path(jumps: Sequence[Host], host: Host) -> str:

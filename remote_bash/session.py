@@ -452,6 +452,7 @@ class RemoteBashSession:
             "session.start", bash_version=self.info.bash_version, os=self.info.os,
             shell_pid=self.info.shell_pid, host_key_accepted_new=conn.host_key_accepted_new,
             host_key_ca=conn.host_key_ca or None,
+            jump_host_keys_accepted_new=conn.jump_host_keys_accepted_new or None,
             problems=problems or None, strict=False,
         )
         if problems:

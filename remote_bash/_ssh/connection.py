@@ -72,6 +72,13 @@ class SshConnection:
         self._sftp_lock: asyncio.Lock | None = None
         """Made at the first SFTP use: most connections never have one."""
 
+    @property
+    def jump_host_keys_accepted_new(self) -> list[dict[str, str]]:
+        """Each jump host whose key this connection recorded as new (``accept-new``), first hop
+        first: its name and the SHA-256 fingerprint appended to its known_hosts."""
+        return [{"host": host.name, "host_key": key.get_fingerprint("sha256") if key is not None else check.seen}
+                for host, check, key in self.accepted[:-1] if check.accepted_new]
+
     def recheck_host_keys(self) -> None:
         """Raise the error a new connection would meet when a key this connection accepted (the
         host's or a jump host's) is no longer trusted by its known_hosts file as it reads now (a

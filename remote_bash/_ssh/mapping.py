@@ -110,8 +110,43 @@ def map_error(exc: BaseException, host: Host, *, during: str = "connecting", che
         return HostUnreachable(f"{target} is unreachable: {exc.strerror}", host=name)
     if isinstance(exc, asyncssh.ConnectionLost | asyncssh.DisconnectError | BrokenPipeError | ConnectionResetError):
         return ConnectionLost(f"connection to {target} lost while {during}: {exc}", host=name)
+    if isinstance(exc, asyncssh.ChannelOpenError) and via and during == "connecting":
+        return _through_jump_host(exc, host, target, via)
     if isinstance(exc, asyncssh.ChannelOpenError):
         return ConnectionLost(f"{target} refused a new channel while {during}: {exc.reason}", host=name)
     if isinstance(exc, OSError):
         return ConnectError(f"{during} to {target} failed: {exc.strerror or exc}", host=name)
     return ConnectError(f"{during} to {target} failed: {exc}", host=name)
+
+
+def _through_jump_host(exc: asyncssh.ChannelOpenError, host: Host, target: str, via: str) -> ConnectError:
+    """The jump host ``via`` would not open the TCP channel to ``host``: what its sshd says, as the
+    error a direct connection meets (refused, unreachable, timed out), naming both hosts."""
+    reason = exc.reason or "no reason given"
+    said = reason.lower()
+    if exc.code == asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED:
+        return ConnectionRefused(
+            f"connection to {target} refused: {via} does not forward connections there ({reason}). "
+            f"Check AllowTcpForwarding and PermitOpen in {via}'s sshd_config",
+            host=host.name,
+        )
+    if exc.code == asyncssh.OPEN_CONNECT_FAILED and "refused" in said:
+        return ConnectionRefused(
+            f"connection to {target} refused: nothing listens there ({via} reports: {reason}). "
+            "Is sshd running, and is the port right?",
+            host=host.name,
+        )
+    if exc.code == asyncssh.OPEN_CONNECT_FAILED and "timed out" in said:
+        return ConnectTimeout(
+            f"connecting to {target} timed out ({via} reports: {reason}): the host did not answer. Check "
+            "that it is up and that no firewall drops SSH",
+            host=host.name,
+        )
+    if exc.code == asyncssh.OPEN_CONNECT_FAILED:
+        return HostUnreachable(
+            f"{target} is unreachable ({via} reports: {reason}). Check the hostname and port in the "
+            "inventory, and that the jump host can reach them",
+            host=host.name,
+        )
+    return ConnectError(f"connecting to {target} failed: {via} would not open a channel to it ({reason})",
+                        host=host.name)
