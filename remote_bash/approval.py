@@ -103,18 +103,22 @@ _NAMERS: dict[str, tuple[str, str]] = {  # the options that take a name, and tho
     "read": ("a", "dinNptu"), "mapfile": ("", "dnOsuCc"), "readarray": ("", "dnOsuCc"), "printf": ("v", ""),
     "wait": ("p", ""), "unset": ("", ""), "getopts": ("", "")}
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+# A subscript after a name; a longer or unclosed one leaves a '[' that counts as a possible
+# assignment of the name, which keeps every pattern below linear in the text's length.
+_SUBSCRIPT = r"(?:\[[^\]]{0,64}\])?"
 # Constructs that assign a variable without a NAME=value word: ``${NAME:=word}``/``${NAME=word}``
 # (``${!REF:=word}`` assigns the variable REF names), and ``{NAME}>file``, which stores the new
 # descriptor's number in NAME.
-_EXPANSION_ASSIGNS = re.compile(r"\$\{(!?)(" + _NAME + r")(?:\[[^\]]*\])?:?=")
+_EXPANSION_ASSIGNS = re.compile(r"\$\{(!?)(" + _NAME + r")" + _SUBSCRIPT + r"(:?=|\[)")
 _FD_NAMES = re.compile(r"(?<![^\s;&|(<>])\{(" + _NAME + r")\}(?=[<>])")
 # Commands that assign the variables their arguments name: a name spelled by an expansion may be any.
 _DECLARING = re.compile(r"(?<![\w-])(?:export|declare|typeset|local|readonly|env)\s([^;&|\n]*)")
 # Arithmetic (``((...))``, ``$((...))``, array subscripts, ``[[ ... -eq ... ]]``, ``let``) assigns
 # with ``=``, ``+=``, ... and ``++``/``--``; a target spelled by an expansion (``$x=5``) is any name.
-_ARITHMETIC = re.compile(r"\(\((.*?)(?:\)\)|$)|\[\[(.*?)(?:\]\]|$)|\w\[([^\]]*)\]|(?<![\w-])let\s([^;&|\n]*)",
-                         re.DOTALL)
-_ARITHMETIC_ASSIGNS = re.compile(r"([$}]?)(" + _NAME + r"|)\s*(?:\[[^\]]*\])?\s*(?:[-+*/%&|^]|<<|>>|\*\*)?=(?!=)"
+_ARITHMETIC = re.compile(r"\(\((.*?)(?:\)\)|$)|\[\[(.*?)(?:\]\]|$)|\w\[([^\]]*)(?:\]|$)"
+                         r"|(?<![\w-])let\s([^;&|\n]*)", re.DOTALL)
+_ARITHMETIC_ASSIGNS = re.compile(r"([$}]?)(" + _NAME + r"|)\s*" + _SUBSCRIPT
+                                 + r"\s*(?:(?:[-+*/%&|^]|<<|>>|\*\*)?=(?!=)|\[)"
                                  r"|(?:\+\+|--)\s*(\$?)(" + _NAME + r")|(\$?)(" + _NAME + r")\s*(?:\+\+|--)")
 # ssh, scp and sftp: their options that take a value, the -o settings that run a local command (or
 # read settings that may), and the options that name a program to run or a library to load.
