@@ -15,7 +15,8 @@ __all__ = ["TEXT_OPTIONS", "awk_programs", "awk_runs", "git_runs", "inline_progr
            "wrapper_starts"]
 
 # Wrappers whose first operand is theirs (a lock file, a directory, a time), not the command's name.
-_OWN_OPERAND = frozenset({"flock", "chroot", "faketime", "sg", "ssh"})
+# timeout's first operand is always its duration (``5``, ``.5``, ``inf``, ``1e3``), whatever its spelling.
+_OWN_OPERAND = frozenset({"flock", "chroot", "faketime", "sg", "ssh", "timeout"})
 # How many ways a wrapper's options may be read before it asks instead (each is read in full).
 _MAX_READINGS = 8
 # Wrappers whose leading numbers are theirs (a duration, a priority, a CPU list).
@@ -325,33 +326,40 @@ def wrapper_starts(base: str, words: list[str]) -> tuple[list[int] | None, list[
     are more readings than are read here."""
     values = _VALUE_OPTIONS.get(base, frozenset())
     # Every way to read the options, as positions (with whether the wrapper's own operand is still
-    # to come): at most two per word, so the reading stays linear however many options there are.
-    todo, seen, starts, assigned = [(0, base in _OWN_OPERAND)], set(), set(), []
+    # to come, and whether a ``--`` ended the options): at most two per word, so the reading stays
+    # linear however many options there are. After ``--`` the wrapper's own operand and numbers are
+    # still its own, as the program reads them: ``timeout -- 5 rm`` runs ``rm``.
+    todo: list[tuple[int, bool, bool]] = [(0, base in _OWN_OPERAND, False)]
+    seen: set[tuple[int, bool, bool]] = set()
+    starts: set[int] = set()
+    assigned: list[str] = []
     while todo:
         state = todo.pop()
         if state in seen:
             continue
         seen.add(state)
-        i, own = state
+        i, own, ended = state
         if i >= len(words):
             continue
         word = words[i]
         match = _ASSIGN.match(word)
-        if word == "--":
-            starts.add(i + 2 if own else i + 1)
-        elif word in values:
-            todo.append((i + 2, own))
-        elif word.startswith("-") and len(word) > 1:
-            todo.append((i + 1, own))
+        if word == "--" and not ended:
+            todo.append((i + 1, own, True))
+        elif word in values and not ended:
+            todo.append((i + 2, own, ended))
+        elif word.startswith("-") and len(word) > 1 and not ended:
+            todo.append((i + 1, own, ended))
             if "=" not in word:
-                todo.append((i + 2, own))  # in case it takes a value the table does not know
+                todo.append((i + 2, own, ended))  # in case it takes a value the table does not know
         elif match is not None:
             assigned.append(word)
-            todo.append((i + 1, own))
-        elif base in _NUMBER_OPERAND and word[:1].isdigit():
-            todo.append((i + 1, own))
+            todo.append((i + 1, own, ended))
         elif own:
-            todo.append((i + 1, False))
+            todo.append((i + 1, False, ended))
+            if base == "timeout":
+                starts.add(i)  # not a duration: timeout fails, but read it as the command all the same
+        elif base in _NUMBER_OPERAND and word[:1].isdigit():
+            todo.append((i + 1, own, ended))
         else:
             starts.add(i)
     if len(starts) > _MAX_READINGS:

@@ -11,7 +11,10 @@ would run (through wrappers such as ``sudo``, ``env``, ``nohup``, ``bash -c``, `
 literals, ``trap`` texts, ``find -exec``, ``mapfile -C``), and when the text runs code it cannot read
 it asks: an unreadable command, a command name or ``eval`` text known only after expansion, a
 script (``source``, ``bash FILE``, a shell or interpreter reading its input), an inline program,
-a variable that makes programs load or run other code (``LD_PRELOAD``, ``PATH``, ``BASH_ENV``, ...).
+a variable that makes programs load or run other code (``LD_PRELOAD``, ``PATH``, ``BASH_ENV``, ...),
+however it is assigned (a loop variable, ``${NAME:=...}``, ``{NAME}>``, ``read``, arithmetic), an
+option that runs a command (``ssh -o ProxyCommand=``, ``zip -TT``, ``tar --to-command``, ...). A
+``--`` ends a wrapper's options as the program reads it.
 Since the shell persists between calls, it also asks when the text changes what a later command
 runs (``hash -p``, ``BASH_CMDS``, aliases, ``enable``, any function definition) and when quoted
 text holds ``$(`` or a backquote, which bash runs if the value is later used in arithmetic.
@@ -39,7 +42,14 @@ from remote_bash._programs import (
     sed_effects,
     wrapper_starts,
 )
-from remote_bash._shell_state import LATER, LOOKUP_VARIABLES, carries_substitution, lookup_change, text_options
+from remote_bash._shell_state import (
+    LATER,
+    LOOKUP_VARIABLES,
+    carries_substitution,
+    decode_ansi_c,
+    lookup_change,
+    text_options,
+)
 from remote_bash.models import ApproveRule, Host, RegexApproveRule, WritesOutsideRule
 from remote_bash.policy import simple_commands
 
@@ -83,9 +93,45 @@ _CODE_VARIABLES = re.compile(
     r"LD_\w*|DYLD_\w*|GCONV_PATH|GLIBC_TUNABLES|BASH_ENV|ENV|BASH_FUNC_\w*|SHELLOPTS|BASHOPTS|PROMPT_COMMAND"
     r"|PS[0-4]|IFS|PATH|HOME|XDG_CONFIG_HOME|PYTHON\w*|PERL5\w*|PERLLIB|RUBY\w*|GEM_\w*|NODE_OPTIONS|NODE_PATH"
     r"|GIT_\w*|LESSOPEN|LESSCLOSE|PAGER|MANPAGER|\w*_PAGER|EDITOR|VISUAL|\w*_EDITOR|\w*ASKPASS"
-    r"|JAVA_TOOL_OPTIONS|_JAVA_OPTIONS|JDK_JAVA_OPTIONS|LUA_\w*|OPENSSL_CONF|OPENSSL_ENGINES|TCLLIBPATH")
+    r"|JAVA_TOOL_OPTIONS|_JAVA_OPTIONS|JDK_JAVA_OPTIONS|LUA_\w*|OPENSSL_CONF|OPENSSL_ENGINES|TCLLIBPATH"
+    r"|SHELL|BROWSER|EXINIT|VIMINIT|MYVIMRC|\w*_RSH|RSYNC_CONNECT_PROG|TAR_OPTIONS|ZIPOPT")
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?\+?=")
 _DECLARERS = frozenset({"export", "declare", "typeset", "readonly", "local"})
+# Builtins whose operands (and option values such as ``printf -v NAME``, ``wait -p NAME``) name
+# variables they assign or unset.
+_NAMERS: dict[str, tuple[str, str]] = {  # the options that take a name, and those that take another value
+    "read": ("a", "dinNptu"), "mapfile": ("", "dnOsuCc"), "readarray": ("", "dnOsuCc"), "printf": ("v", ""),
+    "wait": ("p", ""), "unset": ("", ""), "getopts": ("", "")}
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+# A subscript after a name; a longer or unclosed one leaves a '[' that counts as a possible
+# assignment of the name, which keeps every pattern below linear in the text's length.
+_SUBSCRIPT = r"(?:\[[^\]]{0,64}\])?"
+# Constructs that assign a variable without a NAME=value word: ``${NAME:=word}``/``${NAME=word}``
+# (``${!REF:=word}`` assigns the variable REF names), and ``{NAME}>file``, which stores the new
+# descriptor's number in NAME.
+_EXPANSION_ASSIGNS = re.compile(r"\$\{(!?)(" + _NAME + r")" + _SUBSCRIPT + r"(:?=|\[)")
+_FD_NAMES = re.compile(r"(?<![^\s;&|(<>])\{(" + _NAME + r")\}(?=[<>])")
+# Commands that assign the variables their arguments name: a name spelled by an expansion may be any.
+_DECLARING = re.compile(r"(?<![\w-])(?:export|declare|typeset|local|readonly|env)\s([^;&|\n]*)")
+# Arithmetic (``((...))``, ``$((...))``, array subscripts, ``[[ ... -eq ... ]]``, ``let``) assigns
+# with ``=``, ``+=``, ... and ``++``/``--``; a target spelled by an expansion (``$x=5``) is any name.
+_ARITHMETIC = re.compile(r"\(\((.*?)(?:\)\)|$)|\[\[(.*?)(?:\]\]|$)|\w\[([^\]]*)(?:\]|$)"
+                         r"|(?<![\w-])let\s([^;&|\n]*)", re.DOTALL)
+_ARITHMETIC_ASSIGNS = re.compile(r"([$}]?)(" + _NAME + r"|)\s*" + _SUBSCRIPT
+                                 + r"\s*(?:(?:[-+*/%&|^]|<<|>>|\*\*)?=(?!=)|\[)"
+                                 r"|(?:\+\+|--)\s*(\$?)(" + _NAME + r")|(\$?)(" + _NAME + r")\s*(?:\+\+|--)")
+# ssh, scp and sftp: their options that take a value, the -o settings that run a local command (or
+# read settings that may), and the options that name a program to run or a library to load.
+_SSH_VALUES = {"ssh": "BbcDEeFIiJLlmOoPpQRSWw", "scp": "cDFiJlPoSX", "sftp": "BbcDFiJlPoRSs"}
+_SSH_RUNNERS = frozenset({"proxycommand", "localcommand", "permitlocalcommand", "knownhostscommand", "match",
+                          "include", "pkcs11provider", "securitykeyprovider", "remotecommand"})
+_SSH_PROGRAMS = {"ssh": "I", "scp": "DS", "sftp": "bDS"}
+# git configuration keys whose value is a command, a program, or more settings to read.
+_GIT_RUNNING_KEYS = re.compile(
+    r"(?i)alias\..+|include\.path|includeif\..+|protocol\..+|sequence\.editor"
+    r"|core\.(sshcommand|pager|editor|fsmonitor|hookspath|askpass|gitproxy|alternaterefscommand)"
+    r"|.+\.(pager|command|cmd|program|textconv|clean|smudge|process|helper|driver|editor|external"
+    r"|packobjectshook)|pager\..+")
 _PACKAGE_MODULES = frozenset({"pip", "pip3", "ensurepip"})
 _ESCALATE = frozenset({"sudo", "su", "doas", "pkexec", "runuser", "setpriv", "sudoedit", "machinectl", "sg"})
 _ACCOUNTS = frozenset({"useradd", "userdel", "usermod", "adduser", "deluser", "groupadd", "groupdel",
@@ -181,7 +227,7 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
     parsed = simple_commands(command)
     if parsed is None:
         return Need("unreadable", "the command could not be read, so what it would change cannot be told")
-    need = _state_change(parsed.functions, parsed.data)
+    need = _state_change(parsed.functions, parsed.data) or _assigns_in_text(command)
     if need is not None:
         return need
     if "deletions" in classes:
@@ -212,6 +258,11 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
                                            "cannot be told")
         base = name.rsplit("/", 1)[-1]
         args = [w for w, _ in words[1:]]
+        need = _assigns(base, words[1:])
+        if need is not None:
+            return need
+        if base == "printf" and any(carries_substitution(decode_ansi_c(a)) for a in args):
+            return _CARRIES  # printf spells '$' from \x24 or \044 in what it stores or prints
         need = _classify(base, args, classes)
         if need is not None:
             return need
@@ -304,6 +355,87 @@ def _risky_assignment(assigned: list[str]) -> Need | None:
     return None
 
 
+def _assigns(base: str, words: list[tuple[str, bool]]) -> Need | None:
+    """Whether a command that assigns variables by name (a ``for``/``select`` loop, ``read``,
+    ``printf -v``, ``mapfile``, ``getopts``, ``wait -p``, ``unset``, ``let``) sets one that changes
+    what runs, or one whose name is known only after expansion."""
+    values = [w for w, _ in words]
+    if base in ("for", "select"):
+        return _risky_assignment(values[:1])
+    if base == "let":
+        return _arithmetic_assigns(" ".join(values))
+    if base not in _NAMERS:
+        return None
+    takes_name, takes_value = _NAMERS[base]
+    names: list[tuple[str, bool]] = []
+    operands: list[tuple[str, bool]] = []
+    i = 0
+    while i < len(words):
+        word = words[i][0]
+        if operands or word in ("-", "+") or word[:1] not in "-+" or base == "getopts":
+            operands.append(words[i])
+        elif word == "--":
+            operands += words[i + 1:]
+            break
+        else:
+            for j, letter in enumerate(word[1:], start=1):
+                if letter in takes_name + takes_value:
+                    value = (word[j + 1:], words[i][1]) if j + 1 < len(word) else \
+                        words[i + 1] if i + 1 < len(words) else ("", True)
+                    i += 0 if j + 1 < len(word) else 1
+                    if letter in takes_name:
+                        names.append(value)
+                    break
+        i += 1
+    if base in ("read", "mapfile", "readarray", "unset"):
+        names += operands
+    elif base == "getopts":
+        names += operands[1:2]
+    for _, literal in names:
+        if not literal:
+            return Need("environment", f"{base} sets a variable whose name is known only after expansion, so "
+                                       "what it changes cannot be told")
+    return _risky_assignment([word for word, _ in names])
+
+
+def _arithmetic_assigns(text: str) -> Need | None:
+    """Whether arithmetic text assigns a variable that changes what runs (``PATH=5`` makes a
+    directory named 5 the search path), or one named by an expansion."""
+    names = []
+    for match in _ARITHMETIC_ASSIGNS.finditer(text):
+        dollar, name = next((match.group(k), match.group(k + 1)) for k in (1, 3, 5) if match.group(k + 1) is not None)
+        if not dollar and not name:
+            continue  # the second '=' of '==', or '=' after a number or an operator: no assignment
+        if dollar or not name:
+            return Need("environment", "arithmetic assigns a variable whose name is known only after expansion, so "
+                                       "what it changes cannot be told")
+        names.append(name)
+    return _risky_assignment(names)
+
+
+def _assigns_in_text(text: str) -> Need | None:
+    """Assignments the words do not show: ``${NAME:=word}``, ``{NAME}>file``, and arithmetic."""
+    names = []
+    for match in _EXPANSION_ASSIGNS.finditer(text):
+        if match.group(1):
+            return Need("environment", f"${{!{match.group(2)}:=...}} assigns the variable {match.group(2)} names, "
+                                       "which is known only after expansion")
+        names.append(match.group(2))
+    names += _FD_NAMES.findall(text)
+    for match in _DECLARING.finditer(text):
+        if re.search(r"(?:^|\s)[\"']?[$`]", match.group(1)):
+            return Need("environment", "it sets a variable whose name is known only after expansion, so what it "
+                                       "changes cannot be told")
+    need = _risky_assignment(names)
+    if need is not None:
+        return need
+    for match in _ARITHMETIC.finditer(text):
+        need = _arithmetic_assigns(next(g for g in match.groups() if g is not None))
+        if need is not None:
+            return need
+    return None
+
+
 def _python_module(base: str, args: list[str]) -> tuple[str, list[str]] | None:
     """``python3 -m pip install x`` as ``("pip", ["install", "x"])``; None for other forms."""
     if not re.fullmatch(r"python[0-9.]*|pypy[0-9.]*", base):
@@ -385,21 +517,25 @@ def _classify(base: str, args: list[str], classes: frozenset[str]) -> Need | Non
 def _inner_command(base: str, words: list[tuple[str, bool]],
                    reading: _Reading) -> list[list[tuple[str, bool]]] | Need:
     """Commands a wrapper runs: ``sudo rm x`` also runs ``rm x``; ``bash -c 'text'`` runs ``text``."""
-    if base in _SHELLS or (base == "script" and any(w in ("-c", "--command") or re.fullmatch(r"-[a-z]*c", w)
-                                                     for w, _ in words)):
+    if base in _SHELLS:
+        text = _shell_text(words)
+        if text is None:
+            # No -c: the shell reads commands from a script file or from its input, neither of which
+            # is text here to read.
+            return Need("unreadable", f"{base} runs commands from a script or its input, which the text does "
+                                      "not show")
+        return _read_text(base, reading, text)
+    if base == "script" and any(w in ("-c", "--command") or re.fullmatch(r"-[a-z]*c", w) for w, _ in words):
         for i, (word, _) in enumerate(words):
             if (word in ("-c", "--command") or re.fullmatch(r"-[a-z]*c", word)) and i + 1 < len(words):
                 return _read_text(base, reading, words[i + 1])
-        if base == "script":
-            return []
-        # No -c: the shell reads commands from a script file or from its input, neither of which
-        # is text here to read.
-        return Need("unreadable", f"{base} runs commands from a script or its input, which the text does not show")
+        return []
     values = [w for w, _ in words]
     if base == "eval":
         if not all(literal for _, literal in words):
             return Need("unknown-command", "eval runs text known only after expansion")
-        return _read_text("eval", reading, (" ".join(values), True))
+        operands = values[1:] if values[:1] == ["--"] else values  # eval, as a builtin, ends options at --
+        return _read_text("eval", reading, (" ".join(operands), True))
     if base in ("source", "."):
         if values in (["/etc/os-release"], ["/usr/lib/os-release"], ["/etc/lsb-release"]) and words[0][1]:
             return []  # the system's identity: assignments of plain values, owned by root
@@ -442,14 +578,13 @@ def _inner_command(base: str, words: list[tuple[str, bool]],
         read = _read_text(f"{base} -{letter}", reading, value)
         if isinstance(read, Need) or read:
             return read
-    if base in ("printf", "read", "mapfile", "readarray", "getopts"):
-        need = _risky_assignment([w for w in values if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\[[^\]]*\])?", w)])
-        return need or []
+    if base in _NAMERS:
+        return []
     if base == "sed":
         runs, _ = sed_effects(values)
         return Need("unreadable", runs) if runs else []
     if base == "git":
-        why = git_runs(values)
+        why = git_runs(values) or _git_config_runs(values)
         return Need("unreadable", why) if why else []
     if base == "find":
         found: list[list[tuple[str, bool]]] = []
@@ -461,6 +596,11 @@ def _inner_command(base: str, words: list[tuple[str, bool]],
     if base in _AWKS:
         why = awk_runs(base, values)
         return Need("unreadable", why) if why else []
+    why = _runs_given_command(base, values)
+    if why is not None:
+        return Need("unreadable", why)
+    if base == "rsync":
+        return _rsync_shells(words, reading)
     why = inline_program(base, values)
     if why is not None:
         return Need("unreadable", f"{why}, whose effects the text does not show")
@@ -474,6 +614,146 @@ def _inner_command(base: str, words: list[tuple[str, bool]],
     return []
 
 
+def _clusters(words: list[str], with_value: str) -> list[tuple[str, str]]:
+    """Short options of ``words`` (up to ``--``) as (letter, value), reading a cluster as getopt
+    does: a letter in ``with_value`` takes the rest of its word or the next word."""
+    found: list[tuple[str, str]] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word == "--":
+            break
+        if word.startswith("-") and not word.startswith("--") and len(word) > 1:
+            for j, letter in enumerate(word[1:], start=1):
+                if letter in with_value:
+                    value = word[j + 1:] or (words[i + 1] if i + 1 < len(words) else "")
+                    i += 0 if word[j + 1:] else 1
+                    found.append((letter, value))
+                    break
+                found.append((letter, ""))
+        i += 1
+    return found
+
+
+def _long(words: list[str], stems: tuple[str, ...]) -> str | None:
+    """The first long option (``--name`` or ``--name=value``, up to ``--``) whose name starts with one of
+    ``stems``: GNU programs accept any unambiguous abbreviation, so a stem is the shortest one."""
+    for word in words:
+        if word == "--":
+            return None
+        if word.startswith("--") and word.split("=", 1)[0].startswith(stems):
+            return word.split("=", 1)[0]
+    return None
+
+
+def _runs_given_command(base: str, words: list[str]) -> str | None:
+    """Why a program runs a command (or loads code) named in its options or its input, which is not
+    read here; None when none of its well-known ways to do so is used."""
+    if base in _SSH_VALUES:
+        for letter, value in _clusters(words, _SSH_VALUES[base]):
+            key = re.split(r"[\s=]", value.strip(), maxsplit=1)[0].lower()
+            if letter == "o" and key in _SSH_RUNNERS:
+                return f"{base} -o {key} runs a local command (or reads settings that may)"
+            if letter == "F" and value not in ("none", "/dev/null"):
+                return f"{base} -F reads a configuration file that may run local commands (ProxyCommand, Match exec)"
+            if letter in _SSH_PROGRAMS.get(base, ""):
+                return f"{base} -{letter} runs a program (or loads a library) named in its options"
+        return None
+    if base == "zip" and any(w.startswith(("-TT", "--unzip-command")) for w in words):
+        return "zip -TT/--unzip-command runs a command to test the archive"
+    if base == "tar":
+        old_style = words[:1] if words and not words[0].startswith("-") else []
+        letters = [letter for letter, _ in _clusters(words, "bCfFgHIKLNTVX")] + list("".join(old_style))
+        option = _long(words, ("--to-c", "--use-", "--checkpoint-", "--inf", "--new-", "--rs", "--rm"))
+        if option or "I" in letters or "F" in letters:
+            return f"tar {option or '-I/-F'} runs a command given in its options"
+    if base == "sort" and _long(words, ("--com",)):
+        return "sort --compress-program runs a program"
+    if base in ("diff3", "sdiff") and _long(words, ("--diff-p",)):
+        return f"{base} --diff-program runs a program"
+    if base == "man" and (_long(words, ("--pa", "--htm")) or
+                          any(letter in "PH" for letter, _ in _clusters(words, "CMmLpPrSeEHR"))):
+        return "man -P/-H runs a pager or browser named in its options"
+    if base == "wget" and _long(words, ("--use-a",)):
+        return "wget --use-askpass runs a program"
+    if base == "rpm" and _long(words, ("--pipe",)):
+        return "rpm --pipe runs a command"
+    if base == "dpkg" and _long(words, ("--pre-i", "--post-i")):
+        return "dpkg --pre-invoke/--post-invoke runs a command"
+    if base in ("apt", "apt-get", "apt-cache", "aptitude") and any(
+            (letter == "o" and re.search(r"invoke|install-pkgs", value, re.IGNORECASE)) or letter == "c"
+            for letter, value in _clusters(words, "cot")):
+        return f"{base} -o ...Invoke/-c sets a command to run (or reads settings that may)"
+    if base in ("ed", "ex", "vi", "vim", "nvim", "view", "vimdiff", "rvim"):
+        return f"{base} reads editor commands from its input or options, which can run shell commands"
+    if base == "sqlite3" and (any(w.startswith(".") or w in ("-cmd", "-init") for w in words)
+                              or "load_extension" in " ".join(words).lower()
+                              or len([w for w in words if not w.startswith("-")]) < 2):
+        return "sqlite3 runs dot commands ('.shell', '.system', '.output |...') or reads them from its input"
+    return None
+
+
+def _git_config_runs(words: list[str]) -> str | None:
+    """Why ``git config`` sets a key that makes a later git command run something, or None."""
+    if "config" not in words:
+        return None
+    rest = words[words.index("config") + 1:]
+    if rest[:1] and rest[0] in ("set", "edit"):
+        rest = rest[1:] if rest[0] == "set" else ["-e"]
+    if any(w in ("-e", "--edit") for w in rest):
+        return "git config --edit opens an editor on the configuration"
+    operands = [w for w in rest if not w.startswith("-")]
+    if len(operands) >= 2 and _GIT_RUNNING_KEYS.fullmatch(operands[0]):
+        return f"git config {operands[0]} sets a command (or a file of settings) that later git commands run"
+    return None
+
+
+def _rsync_shells(words: list[tuple[str, bool]], reading: _Reading) -> list[list[tuple[str, bool]]] | Need:
+    """The remote shell ``rsync -e``/``--rsh`` runs (and ``--rsync-path``), read as commands here."""
+    values = [w for w, _ in words]
+    texts: list[tuple[str, bool]] = []
+    for i, (word, literal) in enumerate(words):
+        if word == "--":
+            break
+        if word in ("--rsh", "--rsync-path") and i + 1 < len(words):
+            texts.append(words[i + 1])
+        elif word.startswith(("--rsh=", "--rsync-path=")):
+            texts.append((word.split("=", 1)[1], literal))
+    for letter, value in _clusters(values, "BefMT@"):
+        if letter == "e":
+            texts.append((value, all(lit for _, lit in words)))
+    found: list[list[tuple[str, bool]]] = []
+    for text in texts:
+        read = _read_text("rsync -e", reading, text)
+        if isinstance(read, Need):
+            return read
+        found += read
+    return found
+
+
+def _shell_text(words: list[tuple[str, bool]]) -> tuple[str, bool] | None:
+    """The text ``bash -c`` runs: its first operand after the options (``-xc``, ``-o NAME``,
+    ``--``, ``--rcfile FILE``), as bash reads them; None without ``-c`` (a script or the input)."""
+    command, i = False, 0
+    while i < len(words):
+        word = words[i][0]
+        if word == "--":
+            i += 1
+            break
+        if word in ("--rcfile", "--init-file"):
+            i += 2
+        elif word.startswith("--") or word in ("-", "+"):
+            i += 1
+        elif word[:1] in "-+" and len(word) > 1:
+            command = command or (word[0] == "-" and "c" in word[1:])
+            i += 1 + sum(word[1:].count(letter) for letter in "oO")  # -o NAME, -O NAME take the next word
+        else:
+            break
+    if not command:
+        return None
+    return words[i] if i < len(words) else ("", True)
+
+
 def _wrapped(base: str, words: list[tuple[str, bool]],
              reading: _Reading) -> list[list[tuple[str, bool]]] | Need:
     """The command a wrapper runs: its words after the wrapper's options, assignments and operands.
@@ -484,8 +764,15 @@ def _wrapped(base: str, words: list[tuple[str, bool]],
     for i, (word, literal) in enumerate(words):
         if word in texts and i + 1 < len(words):
             text = _read_text(f"{base} {word}", reading, words[i + 1])
-            # Words after the text are read as a command too, whatever the wrapper makes of them.
-            return text if isinstance(text, Need) or i + 2 >= len(words) else [*text, words[i + 2:]]
+            # Words after the text are read as a command too, whatever the wrapper makes of them,
+            # and so is what follows any options among them (``-c x --opt y rm F``).
+            if isinstance(text, Need) or i + 2 >= len(words):
+                return text
+            rest = words[i + 2:]
+            starts, _ = wrapper_starts("", [w for w, _ in rest])
+            if starts is None:
+                return Need("unreadable", f"{base}'s options cannot be told apart from the command it runs")
+            return [*text, rest, *(rest[j:] for j in starts if j)]
         if any(word.startswith(f + "=") for f in texts if f.startswith("--")):
             return _read_text(base, reading, (word.split("=", 1)[1], literal))
     starts, assigned = wrapper_starts(base, [w for w, _ in words])
@@ -518,7 +805,7 @@ def _read_text(what: str, reading: _Reading,
     inner = simple_commands(text)
     if inner is None:
         return Need("unreadable", f"the text given to {what} could not be read")
-    need = _state_change(inner.functions, inner.data)
+    need = _state_change(inner.functions, inner.data) or _assigns_in_text(text)
     if need is not None:
         return need
     reading.redirects += inner.redirects

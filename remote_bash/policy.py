@@ -572,7 +572,11 @@ class _Parser:
                 if self.pos >= len(text):
                     raise _ParseError("a $' quote is never closed")
                 self.pos += 2 if text[self.pos] == "\\" else 1
-            self.out.data.append(decode_ansi_c(text[begin : self.pos]))
+            # The word's value holds what it spells, so checks of the value (a '$(' in data that
+            # may run later) see a '$' spelled as \x24 or \044 joined to the rest of the word.
+            decoded = decode_ansi_c(text[begin : self.pos])
+            self.out.data.append(decoded)
+            value.append(decoded)
             self.pos += 1
         elif after == '"' and not quoted:
             self.pos += 2

@@ -475,3 +475,108 @@ def test_a_hash_change_is_refused_so_a_later_ls_stays_ls(prod_env: dict[str, str
         assert [r["command"] for r in records if r["event"] == "exec.start"] == [f"ls -f {victim}"]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+TRUSTED = Host(name="t", hostname="127.0.0.1", approve=["privilege", "packages", "services", "deletions",
+                                                        {"writes_outside": ["/tmp/attack-trust/ok"]}])
+
+
+@pytest.mark.parametrize("command", [
+    # an outside attack set PATH without a NAME=value word, and a later 'ls' ran a planted ls
+    "for PATH in /x/bin; do true; done", "select PATH in /x; do break; done <<< 1",
+    "while true; do for IFS in x; do break; done; done", "unset PATH", "unset -v PATH",
+    "unset PATH; : ${PATH:=/x/bin}", ": ${PATH=/x/bin}", 'echo "a${PATH:=/x}b"', ": ${LD_PRELOAD:=/x.so}",
+    "x=PATH; : ${!x:=/x/bin}", "printf -v PATH %s /x", "printf -vPATH %s /x", "read PATH <<< /x",
+    "read -r -a PATH <<< /x", "read -raPATH <<< /x", "read -- PATH <<< /x", "mapfile PATH < /dev/null",
+    "readarray -t PATH < /dev/null", "declare PATH=/x", "typeset PATH=/x", "local PATH=/x", "export PATH=/x",
+    "readonly PATH=/x", "exec {PATH}>/dev/null", "exec {BASH_ENV}</dev/null", "sleep 0 & wait -n -p PATH",
+    "wait -pPATH", "getopts ab PATH", "command read PATH <<< /x", "((PATH=5))", ": $((PATH+=1))", "let PATH=5",
+    "let PATH++", "x[PATH=5]=1", "[[ 1 -eq PATH=1 ]]",
+    # a variable whose name is known only after expansion may be any of them
+    'x=PATH; read "$x" <<< /x', 'printf -v "$x" %s /x', 'wait -p "$x"', "unset $x", "(( $x = 5 ))",
+    "let $x=5", "export $x=/x/bin", 'declare "$x=/x/bin"', "env $x=/x ls",
+])
+def test_every_construct_that_assigns_a_variable_is_read_as_an_assignment(command: str) -> None:
+    need = approval_needed(command, TRUSTED)
+    assert need is not None and need.rule in ("environment", "lookup"), (command, need)
+
+
+@pytest.mark.parametrize("command", [
+    "for f in a b; do echo $f; done", "select x in a b; do break; done <<< 1", ": ${FOO:=x}", 'echo "${x:-d}"',
+    "exec 3>/dev/null", "exec {fd}>/dev/null", "sleep 0 & wait $!", "wait -n -p pid", 'read -p "$prompt" x',
+    "read -r line < /etc/hostname", 'getopts "$spec" opt', 'mapfile -n "$n" lines < /etc/hostname', "let i++",
+    'let "i=$i+1"', "x[i++]=1; ((n+=1)); echo $((a=b+1))", "[[ $PATH == *bin* ]]", 'echo "PATH=$PATH"',
+    'local a=$1 b="$2"', 'export FOO="$bar"', "unset x", "printf '%s\\n' x",
+])
+def test_ordinary_assignments_and_loops_do_not_ask(command: str) -> None:
+    assert approval_needed(command, TRUSTED) is None, command
+
+
+@pytest.mark.parametrize("command", [
+    # '--' ends options: an outside attack hid the command behind it
+    "eval -- 'rm -f F'", "bash -c -- 'rm -f F'", "sh -c -- 'rm -f F'", "bash -xc -- 'rm -f F'",
+    "dash -e -c -- 'rm -f F'", "bash -c -e 'rm -f F'", "bash -o errexit -c 'rm -f F'", "bash -c -O extglob 'rm F'",
+    "zsh -c -- 'rm -f F'", "timeout -- 5 rm -f F", "timeout -k 1 -- 5 rm -f F", "timeout .5 rm -f F",
+    "timeout inf rm -f F", "sudo -- rm -f F", "sudo -u root -- bash -c -- 'rm F'", "env -- rm -f F",
+    "nice -- rm -f F", "nice -n 5 -- rm F", "nohup -- rm -f F", "xargs -- rm -f F", "time -- rm -f F",
+    "command -- rm -f F", "builtin -- eval -- 'rm -f F'", "exec -- rm -f F", "exec -a x -- rm F",
+    "chrt -f -- 10 rm -f F", "taskset -- 1 rm -f F", "ionice -c 3 -- rm F", "stdbuf -o L -- rm F",
+    "setsid -- rm F", "flock /tmp/l -- rm F", "ssh -- host rm F", "nsenter -t 1 -- rm F",
+    "flock /tmp/own -c x --conflict-exit-code x rm -f F",
+])
+def test_a_double_dash_does_not_hide_the_command(command: str) -> None:
+    need = approval_needed(command, DELETIONS)
+    assert need is not None and need.rule == "deletions", (command, need)
+
+
+@pytest.mark.parametrize("command", [
+    # the value of the word, after quote removal and ANSI-C decoding, holds '$('
+    "z=a[$'\\x24'\\(rm\\ -f\\ /tmp/x/m35\\)]", "z=a[$'\\044'\\(rm\\ F\\)]", "z=a[$'\\u0024'\\(rm\\ F\\)]",
+    "z=a[$'\\U00000024''('rm\\ F\\)]", "z=a[$\\(rm\\ F\\)]", "echo a[$'\\x24'\\(rm\\ F\\)]",
+    "printf -v z 'a[\\x24(rm -f F)]'", "printf -v z 'a[\\044(rm -f F)]'", "printf -v z 'a[\\x60rm F\\x60]'",
+])
+def test_a_substitution_spelled_with_escapes_asks(command: str) -> None:
+    need = approval_needed(command, TRUSTED)
+    assert need is not None and need.rule == "substitution-data", (command, need)
+
+
+@pytest.mark.parametrize("command", [
+    # ssh, scp and sftp options that run a local command, or read settings that may
+    "ssh -o 'ProxyCommand=rm -f F' x true", "ssh -oProxyCommand='rm -f F' x", "ssh -o 'proxycommand rm F' x",
+    "ssh -vo ProxyCommand=rm x", "ssh -o LocalCommand=rm -o PermitLocalCommand=yes x", "ssh -F cfg x",
+    "ssh -Fcfg x", "ssh -o 'Match exec \"rm F\"' x", "ssh -o KnownHostsCommand=rm x", "ssh -o Include=/tmp/c x",
+    "ssh -I /tmp/p11.so x", "scp -o ProxyCommand=rm a b:/tmp", "scp -S rm a b:/tmp", "scp -F cfg a b:c",
+    "sftp -S rm b", "sftp -D /tmp/server b", "sftp -b /tmp/batch b", "sftp -o ProxyCommand=rm b",
+    # other programs' options that run a command
+    "zip -T -TT 'rm -f F #' z.zip src", "zip --unzip-command 'rm F' z.zip src",
+    "tar --to-command='rm -f F' -xf x.tar", "tar --to-com='rm F' -xf x.tar",
+    "tar --use-compress-program='rm -f F' -cf x.tar y", "tar -I 'rm -f F' -cf x.tar y",
+    "tar -cI 'rm F' -f x.tar y", "tar cIf 'rm F' x.tar y", "tar --checkpoint-action=exec='rm -f F' -cf x.tar y",
+    "tar -F /tmp/script -cf x.tar y", "tar --rsh-command=/tmp/r -cf h:x.tar y",
+    "rsync -e 'rm -f F' a b:/tmp", "rsync --rsh='rm -f F' a b:/tmp", "rsync --rsh 'rm -f F' a b:/tmp",
+    "rsync -avze 'rm -f F' a b:/tmp", "rsync -e 'ssh -o ProxyCommand=rm' a b:/tmp",
+    "rsync --rsync-path='rm -f F' a b:/tmp", "git config core.sshCommand 'rm F'",
+    "git config --global alias.st '!rm F'", "git config set core.pager 'rm F'", "git config core.fsmonitor /tmp/x",
+    "git config include.path /tmp/c", "git -c core.sshCommand=rm fetch", "man -P 'rm F' ls", "man --pager='rm F' ls",
+    "sort --compress-program=rm x", "sdiff --diff-program=rm a b", "wget --use-askpass=/tmp/x http://h/",
+    "rpm -qa --pipe 'rm F'", "dpkg --post-invoke='rm F' -l", "apt-get update -o APT::Update::Pre-Invoke::=rm",
+    "ed -s f <<< '!rm F'", "vim -es -c '!rm F' f", "ex -s f", "sqlite3 db '.shell rm F'",
+    "sqlite3 db \"select load_extension('x.so')\"", "sqlite3 db < /tmp/cmds",
+    # and the variables those programs read their commands or options from
+    "RSYNC_RSH='rm F' rsync a b:c", "TAR_OPTIONS=--to-command=rm tar -xf x.tar", "ZIPOPT='-TT rm' zip z src",
+    "SHELL=/tmp/sh script -qc true /dev/null", "export CVS_RSH=/tmp/x",
+])
+def test_options_that_run_a_command_ask(command: str) -> None:
+    assert approval_needed(command, TRUSTED) is not None, command
+    assert approval_needed(command, PROD) is not None, command  # whatever the named classes
+
+
+@pytest.mark.parametrize("command", [
+    "ssh x true", "ssh -o ConnectTimeout=5 -p 2222 x uptime", "ssh -F /dev/null x true", "ssh -F none x true",
+    "scp -P 2222 a b:/tmp", "tar -tzf x.tgz", "tar --checkpoint=10 -tf x.tar", "zip -T z.zip src",
+    "rsync -e ssh -n a b:c", "rsync -avz -e 'ssh -p 2222' -n a b:c", "git config user.email a@b",
+    "git config core.pager", "git config --get alias.st", "man ls", "sort -o /tmp/attack-trust/ok/x y",
+    "sqlite3 db 'select 1'",
+])
+def test_the_same_programs_without_those_options_do_not_ask(command: str) -> None:
+    assert approval_needed(command, PROD) is None, command

@@ -516,3 +516,13 @@ async def test_a_function_shadowing_an_allowed_name_is_refused_before_anything_i
         assert started == [f"cat {victim}"], started
     finally:
         victim.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("command", [
+    "echo a[$'\\x24'\\(rm\\ -f\\ F\\)]", "echo a[$'\\044'\\(rm\\ F\\)]", "echo a[$'\\u0024'\\(rm\\ F\\)]",
+    "echo a[$'\\x24''('rm\\ F\\)]",
+])
+def test_a_dollar_spelled_in_ansi_c_quotes_joined_to_a_parenthesis_is_refused(command: str) -> None:
+    # the word's value is a[$(rm F)], which bash runs if it is ever used in arithmetic
+    decision = check_command(command, CHAINED)
+    assert not decision.allowed and "'$('" in decision.reason, decision
