@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from remote_bash.cli._app import _parser
-from remote_bash.cli._keep import fast_args, keep_dir
+from remote_bash.cli._keep import connect, fast_args, keep_dir
 from remote_bash.models import Host
 
 from .sshd import TestHosts, processes_with
@@ -512,3 +512,21 @@ def test_another_home_never_reuses_the_session(env: dict[str, str], tmp_path: Pa
     assert moved.stdout == "fresh\n", moved.stderr
     cli({**env, "HOME": str(other)}, "sessions", "stop", "--all")
     cli(env, "sessions", "stop", "--all")
+
+
+def test_a_command_as_large_as_plain_exec_takes_runs_kept(env: dict[str, str]) -> None:
+    # Each word under the kernel's 128 KiB limit on one argument; 200 KB in all, and multibyte text.
+    words = [":", "x" * 100_000, "x" * 100_000, "é€" * 20_000, "; echo big"]
+    out = cli(env, "exec", "--keep", "keep-a", "--", *words)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "big\n", "")
+    again = cli(env, "exec", "--keep", "keep-a", "--", "echo still")
+    assert (again.returncode, again.stdout) == (0, "still\n")
+    assert len(daemon_pids(env)) == 1
+    # A request it cannot read gets a clear error, not a closed connection ("the process ended").
+    (socket_path,) = keep_dir(env).glob("*.sock")
+    sock = connect(socket_path, 10.0)
+    assert sock is not None
+    with sock:
+        sock.sendall(b"not json\n")
+        reply = json.loads(sock.recv(1 << 16))
+    assert reply["x"] == 125 and "could not read the request" in reply["e"] and "nothing was run" in reply["e"]

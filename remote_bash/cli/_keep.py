@@ -186,7 +186,13 @@ def connect(path: Path, timeout: float | None = None) -> _socket.socket | None:
 
 
 def _send(sock: _socket.socket, message: Mapping[str, Any]) -> None:
-    sock.sendall(json.dumps(message).encode() + b"\n")
+    # Not ASCII-escaped (a multibyte character stays 2-4 bytes, not 6 or 12), unless the text holds
+    # an undecodable byte of argv (a lone surrogate), which only the escaped form carries as is.
+    try:
+        data = json.dumps(message, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        data = json.dumps(message).encode()
+    sock.sendall(data + b"\n")
 
 
 def _replies(sock: _socket.socket) -> Iterator[dict[str, Any]]:

@@ -50,6 +50,10 @@ if TYPE_CHECKING:
 
 Send = Callable[[dict[str, Any]], None]
 
+REQUEST_LIMIT = 64 << 20
+"""The largest request line read (bytes): far above any command line (the kernel's argument limit
+is a few megabytes, 6 bytes a character once escaped), so any command plain ``exec`` takes is taken."""
+
 
 def _log(message: str) -> None:
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -116,7 +120,7 @@ class _Daemon:
         self.done = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self.stop, "stopping on SIGTERM")
-        server = await asyncio.start_unix_server(self._client, sock=sock)
+        server = await asyncio.start_unix_server(self._client, sock=sock, limit=REQUEST_LIMIT)
         idle = asyncio.create_task(self._idle())
         try:
             await self.done.wait()
@@ -156,10 +160,15 @@ class _Daemon:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(reader.read(1 << 16), 1.0)
                 return
-            line = await reader.readline()
             try:
+                line = await reader.readline()
                 request = json.loads(line) if line else {}
-            except ValueError:
+            except (ValueError, asyncio.LimitOverrunError) as exc:
+                # Not the process ending: say so, with what was wrong; nothing was run.
+                _log(f"refused a request it could not read ({type(exc).__name__})")
+                send({"e": f"{PROG}: the kept session could not read the request (larger than "
+                           f"{REQUEST_LIMIT >> 20} MiB, or not one JSON line); nothing was run", "x": EXIT_ERROR})
+                await writer.drain()
                 return
             if request.get("v") != PROTOCOL:
                 send({"e": f"{PROG}: this kept session speaks another protocol: stop it with "
