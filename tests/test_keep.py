@@ -526,7 +526,9 @@ def test_a_command_as_large_as_plain_exec_takes_runs_kept(env: dict[str, str]) -
     (socket_path,) = keep_dir(env).glob("*.sock")
     sock = connect(socket_path, 10.0)
     assert sock is not None
-    with sock:
+    try:
         sock.sendall(b"not json\n")
         reply = json.loads(sock.recv(1 << 16))
+    finally:
+        sock.close()
     assert reply["x"] == 125 and "could not read the request" in reply["e"] and "nothing was run" in reply["e"]
