@@ -532,3 +532,50 @@ def test_a_command_as_large_as_plain_exec_takes_runs_kept(env: dict[str, str]) -
     finally:
         sock.close()
     assert reply["x"] == 125 and "could not read the request" in reply["e"] and "nothing was run" in reply["e"]
+
+
+def _running(env: dict[str, str], command: str) -> subprocess.Popen[str]:
+    """A kept call started in the background, once it has printed its first line ("go")."""
+    proc = subprocess.Popen([*CLI, "exec", "--keep", "keep-a", "--", f"echo go; {command}"], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "go\n"
+    return proc
+
+
+def test_an_inventory_edit_lets_the_running_call_finish_then_closes_the_session(env: dict[str, str]) -> None:
+    first = cli(env, "exec", "--keep", "keep-a", "--", "echo $$")
+    gate = Path(f"/tmp/rb-keep-gate-{uuid.uuid4().hex}")
+    proc = _running(env, f"while [ ! -e {gate} ]; do sleep 0.1; done; echo done $$")
+    try:
+        inventory = Path(env["REMOTE_BASH_INVENTORY"])
+        inventory.write_text(inventory.read_text() + "# a comment\n")
+        # The next call waits for the old session to close, and runs in a fresh one.
+        nxt = subprocess.Popen([*CLI, "exec", "--keep", "keep-a", "--", "echo next $$"], env=env,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        logs = Path(env["XDG_STATE_HOME"]) / "remote-bash" / "keep"
+        wait_until(lambda: any("inventory changed" in log.read_text() for log in logs.glob("*.log")),
+                   within=30, what="the next call to find the session stale")
+        gate.touch()
+        out, err = proc.communicate(timeout=60)
+        next_out, next_err = nxt.communicate(timeout=60)
+    finally:
+        proc.kill()
+        gate.unlink(missing_ok=True)
+    assert (proc.returncode, out, err) == (0, f"done {first.stdout}", "")
+    assert nxt.returncode == 0, next_err
+    assert next_out.startswith("next ") and next_out != f"next {first.stdout}"
+
+
+def test_sessions_stop_during_a_call_ends_it_saying_so(env: dict[str, str], hosts: TestHosts) -> None:
+    marker = f"sleep 300.{str(uuid.uuid4().int)[:9]}"
+    proc = _running(env, marker)
+    try:
+        stopped = cli(env, "sessions", "stop", "keep-a")
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert stopped.returncode == 0, stopped.stderr
+    assert proc.returncode == 125, err
+    assert "interrupted" not in err and "sessions stop" in err and "killed" in err
+    assert processes_with(marker, hosts.user) == []

@@ -300,7 +300,12 @@ def exec_kept(args: KeepArgs, env: Mapping[str, str] = os.environ) -> int:
                 restarts += 1
                 # Nothing was run: the process is closing its session; a fresh one serves the call.
                 sock.close()
-                _wait_exit(int(reply.get("pid") or 0))
+                pid = int(reply.get("pid") or 0)
+                if not _wait_exit(pid):
+                    raise KeptSessionError(
+                        f"{host}: the kept session (pid {pid}) is closing ({reply['stale']}) and still "
+                        f"finishing a call after {START_WAIT:g} s; nothing was run: try again once it ends "
+                        f"('{PROG} sessions')", host=key["host"] or None)
                 sock = _reach(key, name, idle, env, args.debug)
                 replies = _request(sock, request, host, env, name)
                 continue
@@ -326,15 +331,17 @@ def _signalled() -> bool:
     return received() is not None
 
 
-def _wait_exit(pid: int) -> None:
-    """Wait (within START_WAIT) for the process ``pid`` to end: it still holds the key's lock."""
+def _wait_exit(pid: int) -> bool:
+    """Wait (within START_WAIT) for the process ``pid`` to end: it still holds the key's lock. Whether
+    it did (a process closing after a running call may take longer)."""
     deadline = time.monotonic() + START_WAIT
     while pid > 0 and time.monotonic() < deadline:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            return
+            return True
         time.sleep(0.02)
+    return pid <= 0
 
 
 def _request(sock: _socket.socket, request: Mapping[str, Any], host: str, env: Mapping[str, str],

@@ -97,7 +97,13 @@ class _Daemon:
         self.last = time.time()
         self.last_mono = time.monotonic()
         self.busy = 0
+        self.quiet = asyncio.Event()  # set while no call runs
+        self.quiet.set()
         self.done: asyncio.Event | None = None
+        self.draining = False
+        self.stopping: str | None = None
+        """Why the session is being closed under a running call (which then says so, not "interrupted")."""
+        self.hurry = asyncio.Event()  # a stop that does not wait for running calls
         self.opening = asyncio.Lock()
         self.inventory_file: Path | None = None
         self.inode = 0
@@ -111,9 +117,15 @@ class _Daemon:
         return {"inventory": str(self.inventory_file) if self.inventory_file is not None else "",
                 "audit_dir": str(self.ctx.audit_dir)}
 
-    def stop(self, why: str) -> None:
+    def stop(self, why: str, *, drain: bool = False) -> None:
+        """End the process. ``drain``: once the calls running now are done (an inventory edit: they
+        finish under the rules they started under; no new call is served); otherwise now, killing them."""
+        if not drain:
+            self.stopping = self.stopping or why
+            self.hurry.set()
         if self.done is not None and not self.done.is_set():
             _log(why)
+            self.draining = drain
             self.done.set()
 
     async def serve(self, sock: socket.socket) -> None:
@@ -131,6 +143,12 @@ class _Daemon:
             await asyncio.sleep(0.2)
             server.close()
             idle.cancel()
+            if self.draining and not self.quiet.is_set():
+                _log("waiting for the running calls to end")
+                waits = {asyncio.create_task(self.quiet.wait()), asyncio.create_task(self.hurry.wait())}
+                _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                for task in pending:
+                    task.cancel()
             if self.session is not None:
                 await self.session.close()  # stops what the session's commands left running
 
@@ -178,6 +196,7 @@ class _Daemon:
                                "last": self.last, "busy": bool(self.busy), "idle_timeout": self.idle,
                                "allow": self.key["allow"], **self._rules()}})
             elif request.get("op") == "stop":
+                self.stopping = "stopped by 'sessions stop'"
                 if self.session is not None:
                     await self.session.close()
                 send({"stopped": True})
@@ -205,14 +224,17 @@ class _Daemon:
         if await asyncio.to_thread(_fingerprint, self.inventory_file) != self.fingerprint:  # reads files
             # Its rules may have changed: a session made under the old ones must not serve the call.
             send({"stale": "the inventory changed since this kept session started", "pid": os.getpid()})
-            self.stop("the inventory changed: closing the session")
+            self.stop("the inventory changed: closing the session once the running calls end", drain=True)
             return
         self.idle = float(request.get("idle") or self.idle)
         self.busy += 1
+        self.quiet.clear()
         try:
             await self._call(request, reader, send)
         finally:
             self.busy -= 1
+            if not self.busy:
+                self.quiet.set()
             self.last, self.last_mono = time.time(), time.monotonic()
 
     def _fail(self, send: Send, exc: BaseException) -> None:
@@ -253,7 +275,8 @@ class _Daemon:
         result: CommandResult | None = None
         try:
             await asyncio.wait({run, watch}, return_when=asyncio.FIRST_COMPLETED)
-            if not run.done():
+            by_client = not run.done()
+            if by_client:
                 run.cancel()
             try:
                 result = await run
@@ -262,7 +285,12 @@ class _Daemon:
                 if current is not None and current.cancelling():
                     raise
                 echo.finish(None)
-                send({"e": f"{PROG}: interrupted", "x": EXIT_INTERRUPTED})
+                if not by_client and self.stopping is not None:
+                    # Nobody pressed Ctrl-C: the session was closed under the call; say by what.
+                    send({"e": f"{PROG}: {self.host}: the kept session was closed during the call "
+                               f"({self.stopping}); the command was killed", "x": EXIT_ERROR})
+                else:
+                    send({"e": f"{PROG}: interrupted", "x": EXIT_INTERRUPTED})
                 return
             except Exception as exc:
                 echo.finish(None)
