@@ -579,3 +579,42 @@ def test_sessions_stop_during_a_call_ends_it_saying_so(env: dict[str, str], host
     assert proc.returncode == 125, err
     assert "interrupted" not in err and "sessions stop" in err and "killed" in err
     assert processes_with(marker, hosts.user) == []
+
+
+def _waiting_on_a_socket(pid: int) -> bool:
+    fds = Path(f"/proc/{pid}/fd")
+    return any(os.readlink(fd).startswith("socket:") for fd in fds.iterdir())
+
+
+def test_a_process_that_stops_answering_is_said_listed_and_stopped(env: dict[str, str]) -> None:
+    assert cli(env, "exec", "--keep", "keep-a", "--", "true").returncode == 0
+    (pid,) = daemon_pids(env)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        out = cli(env, "exec", "--keep", "--timeout", "2", "keep-a", "--", "echo hi")
+        assert out.returncode == 125, out.stderr
+        assert len(out.stderr.splitlines()) == 1
+        assert f"(pid {pid}) did not answer" in out.stderr and "sessions stop keep-a" in out.stderr
+        # A signal while waiting ends the client, saying what it does not know.
+        client = subprocess.Popen([*CLI, "exec", "--keep", "keep-a", "--", "echo hi"], env=env,
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_until(lambda: _waiting_on_a_socket(client.pid), within=30, what="the client to connect")
+            client.send_signal(signal.SIGTERM)
+            _, err = client.communicate(timeout=60)
+        finally:
+            client.kill()
+        assert client.returncode == 143, err
+        assert len(err.splitlines()) == 1, err
+        assert "SIGTERM" in err and f"(pid {pid}) did not answer" in err and "killed and audited" not in err
+        listed = sessions(env)
+        assert [(s["host"], s["pid"], s["answering"]) for s in listed] == [("keep-a", pid, False)]
+        table = cli(env, "sessions")
+        assert "not answering" in table.stdout and str(pid) in table.stdout
+        stopped = cli(env, "sessions", "stop", "keep-a")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert stopped.returncode == 0, stopped.stderr
+    assert f"stopped keep-a (pid {pid})" in stopped.stdout and "SIGTERM" in stopped.stdout
+    wait_until(lambda: not daemon_pids(env), within=30, what="the process to exit")
+    assert sessions(env) == []

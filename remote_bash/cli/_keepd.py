@@ -39,7 +39,7 @@ from remote_bash._paths import open_private, private_dir
 
 from ._context import _Context, _pick_host, _session
 from ._exec import _Echo, _status_line
-from ._keep import PROTOCOL, _short, keep_dir
+from ._keep import BEAT, PROTOCOL, _short, keep_dir
 from ._output import EXIT_ERROR, EXIT_INTERRUPTED, PROG, _exit_code, _one_line
 
 if TYPE_CHECKING:
@@ -188,7 +188,8 @@ class _Daemon:
                            f"{REQUEST_LIMIT >> 20} MiB, or not one JSON line); nothing was run", "x": EXIT_ERROR})
                 await writer.drain()
                 return
-            if request.get("v") != PROTOCOL:
+            # info and stop are the same in every version (so any client can list and stop this process)
+            if request.get("v") != PROTOCOL and not (request.get("v") == 1 and request.get("op") in ("info", "stop")):
                 send({"e": f"{PROG}: this kept session speaks another protocol: stop it with "
                            f"'{PROG} sessions stop --all'", "x": EXIT_ERROR})
             elif request.get("op") == "info":
@@ -229,9 +230,11 @@ class _Daemon:
         self.idle = float(request.get("idle") or self.idle)
         self.busy += 1
         self.quiet.clear()
+        beat = asyncio.create_task(_beat(send))
         try:
             await self._call(request, reader, send)
         finally:
+            beat.cancel()
             self.busy -= 1
             if not self.busy:
                 self.quiet.set()
@@ -304,6 +307,14 @@ class _Daemon:
             echo.finish(result)
         status, line = _status_line(self.host, result)
         send({"e": line, "x": status} if line is not None else {"x": status})
+
+
+async def _beat(send: Send) -> None:
+    """Tell the client, while its call runs (quiet, or being killed), that this process still answers:
+    one that stops answering (stopped, hung) is then said within seconds instead of waited on forever."""
+    while True:
+        await asyncio.sleep(BEAT)
+        send({"beat": 1})
 
 
 def _bind(path: Path) -> socket.socket:
