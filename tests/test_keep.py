@@ -618,3 +618,18 @@ def test_a_process_that_stops_answering_is_said_listed_and_stopped(env: dict[str
     assert f"stopped keep-a (pid {pid})" in stopped.stdout and "SIGTERM" in stopped.stdout
     wait_until(lambda: not daemon_pids(env), within=30, what="the process to exit")
     assert sessions(env) == []
+
+
+def test_a_variable_the_ssh_config_names_is_part_of_the_key(env: dict[str, str]) -> None:
+    ssh = Path(env["HOME"]) / ".ssh"
+    ssh.mkdir(mode=0o700, exist_ok=True)
+    (ssh / "config").write_text("Include conf.d/*.conf\n")
+    (ssh / "conf.d").mkdir(exist_ok=True)
+    (ssh / "conf.d" / "hosts.conf").write_text("Host elsewhere\n  IdentityFile ${RBKEY}\n")
+    first = {**env, "RBKEY": "/keys/one"}
+    assert cli(first, "exec", "--keep", "keep-a", "--", "export OLD=1").returncode == 0
+    assert cli(first, "exec", "--keep", "keep-a", "--", "echo ${OLD:-fresh}").stdout == "1\n"
+    other = cli({**env, "RBKEY": "/keys/two"}, "exec", "--keep", "keep-a", "--", "echo ${OLD:-fresh}")
+    assert other.stdout == "fresh\n"
+    assert cli(env, "exec", "--keep", "keep-a", "--", "echo ${OLD:-fresh}").stdout == "fresh\n"  # unset
+    assert len(daemon_pids(env)) == 3

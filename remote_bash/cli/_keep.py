@@ -24,6 +24,7 @@ import _socket
 import contextlib
 import json
 import os
+import re  # loaded by json already
 import signal
 import sys
 import time
@@ -120,7 +121,56 @@ def session_key(args: KeepArgs, env: Mapping[str, str]) -> dict[str, str | None]
         "image": getattr(args, "image", None),
         "sandbox_setting": env.get("REMOTE_BASH_SANDBOX"),
         "engine_setting": env.get("REMOTE_BASH_ENGINE"),
+        "ssh_config_env": _ssh_config_env(env),
     }
+
+
+_INCLUDE = re.compile(r"\s*include(?:\s*=\s*|\s+)(.*)", re.IGNORECASE)
+_VARIABLE = re.compile(r"\$\{(\w+)\}")
+
+
+def _ssh_configs(config: Path, home: Path, depth: int = 0) -> list[tuple[Path, str]]:
+    """``config`` and every file its ``Include`` lines name, whether or not their block applies, with
+    their text ("" when unreadable): more than the session reads is fine, never too few."""
+    try:
+        text = config.read_text(errors="replace")
+    except OSError:
+        return [(config, "")]
+    found = [(config, text)]
+    if depth >= 16 or "nclude" not in text.lower():
+        return found
+    import glob
+    import shlex
+
+    for line in text.splitlines():
+        match = _INCLUDE.match(line)
+        if match is None:
+            continue
+        try:
+            patterns = shlex.split(match.group(1), comments=True)
+        except ValueError:
+            patterns = match.group(1).split()
+        for pattern in patterns:
+            expanded = str(home) + pattern[1:] if pattern.startswith("~/") else pattern
+            full = expanded if os.path.isabs(expanded) else str(home / ".ssh" / expanded)
+            for name in sorted(glob.glob(full)):
+                found += _ssh_configs(Path(name), home, depth + 1)
+    return found
+
+
+def _ssh_config_files(config: Path) -> list[Path]:
+    """The files of :func:`_ssh_configs` (in this process's home)."""
+    return [path for path, _ in _ssh_configs(config, Path("~").expanduser())]
+
+
+def _ssh_config_env(env: Mapping[str, str]) -> str | None:
+    """The environment variables ``~/.ssh/config`` (and what it includes) names as ``${NAME}`` (an
+    ``IdentityFile ${KEY}``), with their values: they decide how a session connects, so they are part
+    of its key. None when it names none."""
+    home = Path(env["HOME"]) if env.get("HOME") else Path("~").expanduser()
+    names = sorted({name for _, text in _ssh_configs(home / ".ssh" / "config", home)
+                    for name in _VARIABLE.findall(text)})
+    return json.dumps({name: env.get(name) for name in names}) if names else None
 
 
 def key_name(key: Mapping[str, str | None]) -> str:

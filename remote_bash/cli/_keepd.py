@@ -19,12 +19,9 @@ import argparse
 import asyncio
 import contextlib
 import fcntl
-import glob
 import hashlib
 import json
 import os
-import re
-import shlex
 import signal
 import socket
 import struct
@@ -39,7 +36,7 @@ from remote_bash._paths import open_private, private_dir
 
 from ._context import _Context, _pick_host, _session
 from ._exec import _Echo, _status_line
-from ._keep import BEAT, PROTOCOL, _short, keep_dir
+from ._keep import BEAT, PROTOCOL, _short, _ssh_config_files, keep_dir
 from ._output import EXIT_ERROR, EXIT_INTERRUPTED, PROG, _exit_code, _one_line
 
 if TYPE_CHECKING:
@@ -400,36 +397,6 @@ def _fingerprint(path: Path | None) -> bytes | None:
             data = f"unreadable: {exc.errno}".encode()
         digest.update(hashlib.sha256(str(source).encode()).digest() + hashlib.sha256(data).digest())
     return digest.digest()
-
-
-_INCLUDE = re.compile(r"\s*include(?:\s*=\s*|\s+)(.*)", re.IGNORECASE)
-
-
-def _ssh_config_files(config: Path, depth: int = 0) -> list[Path]:
-    """``config`` and every file its ``Include`` lines name, whether or not their block applies
-    (more than the session read is fine: an edit to any of them closes it, never too few)."""
-    found = [config]
-    if depth >= 16:
-        return found
-    try:
-        text = config.read_text(errors="replace")
-    except OSError:
-        return found
-    home = Path("~").expanduser()
-    for line in text.splitlines():
-        match = _INCLUDE.match(line)
-        if match is None:
-            continue
-        try:
-            patterns = shlex.split(match.group(1), comments=True)
-        except ValueError:
-            patterns = match.group(1).split()
-        for pattern in patterns:
-            expanded = str(home) + pattern[1:] if pattern.startswith("~/") else pattern
-            full = expanded if os.path.isabs(expanded) else str(home / ".ssh" / expanded)
-            for name in sorted(glob.glob(full)):
-                found += _ssh_config_files(Path(name), depth + 1)
-    return found
 
 
 def main() -> None:
