@@ -285,6 +285,28 @@ def _start(key: dict[str, str | None], name: str, idle: float, env: Mapping[str,
         os.close(log)
 
 
+def _check_host(key: Mapping[str, str | None], debug: bool) -> None:
+    """Refuse a host the inventory does not know (or a broken inventory) before a background process is
+    started, with the error plain ``exec`` gives. Only when none serves the key: the warm path stays light."""
+    import argparse
+
+    from ._context import _Context, _pick_host
+
+    args = argparse.Namespace(inventory=key["inventory"] or None, allow=key["allow"],
+                              audit_dir=key["audit_dir"] or None, debug=debug, host=key["host"] or None,
+                              backend=key.get("backend"), image=key.get("image"))
+    ctx = _Context(args)
+    inventory = ctx.load()
+    if inventory is not None:
+        _pick_host(inventory, args.host)
+        return
+    from remote_bash.sandbox import SANDBOX
+
+    if args.host and args.host != SANDBOX:
+        with ctx.inventory():  # raises the unknown host's error before any sandbox is started
+            pass
+
+
 def _reach(key: dict[str, str | None], name: str, idle: float, env: Mapping[str, str], debug: bool,
            ) -> _socket.socket:
     """A connection to the kept session of ``key``, starting its background process if none listens."""
@@ -293,6 +315,7 @@ def _reach(key: dict[str, str | None], name: str, idle: float, env: Mapping[str,
     sock = connect(path)
     if sock is not None:
         return sock
+    _check_host(key, debug)
     proc = _start(key, name, idle, env, debug)
     deadline = time.monotonic() + START_WAIT
     pause = 0.005
