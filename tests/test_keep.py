@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from remote_bash.cli._app import _parser
-from remote_bash.cli._keep import fast_args, keep_dir
+from remote_bash.cli._keep import connect, fast_args, keep_dir
 from remote_bash.models import Host
 
 from .sshd import TestHosts, processes_with
@@ -109,7 +109,9 @@ def test_unknown_host_is_refused_and_nothing_is_kept(env: dict[str, str]) -> Non
     assert out.returncode == 127
     assert len(out.stderr.splitlines()) == 1
     assert "no-such-host" in out.stderr
-    wait_until(lambda: not daemon_pids(env), within=20, what="the background process of a refused host to exit")
+    # Refused before a background process was started: none has made its log.
+    assert not list((Path(env["XDG_STATE_HOME"]) / "remote-bash" / "keep").glob("*.log"))
+    assert daemon_pids(env) == []
     assert sessions(env) == []
 
 
@@ -512,3 +514,124 @@ def test_another_home_never_reuses_the_session(env: dict[str, str], tmp_path: Pa
     assert moved.stdout == "fresh\n", moved.stderr
     cli({**env, "HOME": str(other)}, "sessions", "stop", "--all")
     cli(env, "sessions", "stop", "--all")
+
+
+def test_a_command_as_large_as_plain_exec_takes_runs_kept(env: dict[str, str]) -> None:
+    # Each word under the kernel's 128 KiB limit on one argument; 200 KB in all, and multibyte text.
+    words = [":", "x" * 100_000, "x" * 100_000, "é€" * 20_000, "; echo big"]
+    out = cli(env, "exec", "--keep", "keep-a", "--", *words)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "big\n", "")
+    again = cli(env, "exec", "--keep", "keep-a", "--", "echo still")
+    assert (again.returncode, again.stdout) == (0, "still\n")
+    assert len(daemon_pids(env)) == 1
+    # A request it cannot read gets a clear error, not a closed connection ("the process ended").
+    (socket_path,) = keep_dir(env).glob("*.sock")
+    sock = connect(socket_path, 10.0)
+    assert sock is not None
+    try:
+        sock.sendall(b"not json\n")
+        reply = json.loads(sock.recv(1 << 16))
+    finally:
+        sock.close()
+    assert reply["x"] == 125 and "could not read the request" in reply["e"] and "nothing was run" in reply["e"]
+
+
+def _running(env: dict[str, str], command: str) -> subprocess.Popen[str]:
+    """A kept call started in the background, once it has printed its first line ("go")."""
+    proc = subprocess.Popen([*CLI, "exec", "--keep", "keep-a", "--", f"echo go; {command}"], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "go\n"
+    return proc
+
+
+def test_an_inventory_edit_lets_the_running_call_finish_then_closes_the_session(env: dict[str, str]) -> None:
+    first = cli(env, "exec", "--keep", "keep-a", "--", "echo $$")
+    gate = Path(f"/tmp/rb-keep-gate-{uuid.uuid4().hex}")
+    proc = _running(env, f"while [ ! -e {gate} ]; do sleep 0.1; done; echo done $$")
+    try:
+        inventory = Path(env["REMOTE_BASH_INVENTORY"])
+        inventory.write_text(inventory.read_text() + "# a comment\n")
+        # The next call waits for the old session to close, and runs in a fresh one.
+        nxt = subprocess.Popen([*CLI, "exec", "--keep", "keep-a", "--", "echo next $$"], env=env,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        logs = Path(env["XDG_STATE_HOME"]) / "remote-bash" / "keep"
+        wait_until(lambda: any("inventory changed" in log.read_text() for log in logs.glob("*.log")),
+                   within=30, what="the next call to find the session stale")
+        gate.touch()
+        out, err = proc.communicate(timeout=60)
+        next_out, next_err = nxt.communicate(timeout=60)
+    finally:
+        proc.kill()
+        gate.unlink(missing_ok=True)
+    assert (proc.returncode, out, err) == (0, f"done {first.stdout}", "")
+    assert nxt.returncode == 0, next_err
+    assert next_out.startswith("next ") and next_out != f"next {first.stdout}"
+
+
+def test_sessions_stop_during_a_call_ends_it_saying_so(env: dict[str, str], hosts: TestHosts) -> None:
+    marker = f"sleep 300.{str(uuid.uuid4().int)[:9]}"
+    proc = _running(env, marker)
+    try:
+        stopped = cli(env, "sessions", "stop", "keep-a")
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert stopped.returncode == 0, stopped.stderr
+    assert proc.returncode == 125, err
+    assert "interrupted" not in err and "sessions stop" in err and "killed" in err
+    assert processes_with(marker, hosts.user) == []
+
+
+def _waiting_on_a_socket(pid: int) -> bool:
+    fds = Path(f"/proc/{pid}/fd")
+    return any(os.readlink(fd).startswith("socket:") for fd in fds.iterdir())
+
+
+def test_a_process_that_stops_answering_is_said_listed_and_stopped(env: dict[str, str]) -> None:
+    assert cli(env, "exec", "--keep", "keep-a", "--", "true").returncode == 0
+    (pid,) = daemon_pids(env)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        out = cli(env, "exec", "--keep", "--timeout", "2", "keep-a", "--", "echo hi")
+        assert out.returncode == 125, out.stderr
+        assert len(out.stderr.splitlines()) == 1
+        assert f"(pid {pid}) did not answer" in out.stderr and "sessions stop keep-a" in out.stderr
+        # A signal while waiting ends the client, saying what it does not know.
+        client = subprocess.Popen([*CLI, "exec", "--keep", "keep-a", "--", "echo hi"], env=env,
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_until(lambda: _waiting_on_a_socket(client.pid), within=30, what="the client to connect")
+            client.send_signal(signal.SIGTERM)
+            _, err = client.communicate(timeout=60)
+        finally:
+            client.kill()
+        assert client.returncode == 143, err
+        assert len(err.splitlines()) == 1, err
+        assert "SIGTERM" in err and f"(pid {pid}) did not answer" in err and "killed and audited" not in err
+        listed = sessions(env)
+        assert [(s["host"], s["pid"], s["answering"]) for s in listed] == [("keep-a", pid, False)]
+        table = cli(env, "sessions")
+        assert "not answering" in table.stdout and str(pid) in table.stdout
+        stopped = cli(env, "sessions", "stop", "keep-a")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert stopped.returncode == 0, stopped.stderr
+    assert f"stopped keep-a (pid {pid})" in stopped.stdout and "SIGTERM" in stopped.stdout
+    wait_until(lambda: not daemon_pids(env), within=30, what="the process to exit")
+    assert sessions(env) == []
+
+
+def test_a_variable_the_ssh_config_names_is_part_of_the_key(env: dict[str, str]) -> None:
+    ssh = Path(env["HOME"]) / ".ssh"
+    ssh.mkdir(mode=0o700, exist_ok=True)
+    (ssh / "config").write_text("Include conf.d/*.conf\n")
+    (ssh / "conf.d").mkdir(exist_ok=True)
+    (ssh / "conf.d" / "hosts.conf").write_text("Host elsewhere\n  IdentityFile ${RBKEY}\n")
+    first = {**env, "RBKEY": "/keys/one"}
+    assert cli(first, "exec", "--keep", "keep-a", "--", "export OLD=1").returncode == 0
+    assert cli(first, "exec", "--keep", "keep-a", "--", "echo ${OLD:-fresh}").stdout == "1\n"
+    other = cli({**env, "RBKEY": "/keys/two"}, "exec", "--keep", "keep-a", "--", "echo ${OLD:-fresh}")
+    assert other.stdout == "fresh\n"
+    assert cli(env, "exec", "--keep", "keep-a", "--", "echo ${OLD:-fresh}").stdout == "fresh\n"  # unset
+    assert len(daemon_pids(env)) == 3

@@ -24,6 +24,7 @@ import _socket
 import contextlib
 import json
 import os
+import re  # loaded by json already
 import signal
 import sys
 import time
@@ -68,7 +69,15 @@ if TYPE_CHECKING:
         json: bool
         words: list[str] | None
 
-PROTOCOL = 1
+PROTOCOL = 2
+"""The version of a ``run`` request. ``info`` and ``stop`` are sent as version 1, which every
+background process answers: a client lists and stops the processes of an older version too."""
+ANY_VERSION = 1
+BEAT = 1.0
+"""Seconds between a background process's signs of life (``{"beat": 1}``) while it serves a call."""
+SILENCE = 10.0
+"""Seconds without a word from the background process after which a client says it does not answer
+(stopped, hung): ten beats missed, never a quiet command's silence."""
 DEFAULT_IDLE = 600.0
 """Seconds a kept session waits unused before its process closes it (``--keep-idle``, ``REMOTE_BASH_KEEP``)."""
 START_WAIT = 30.0
@@ -112,7 +121,56 @@ def session_key(args: KeepArgs, env: Mapping[str, str]) -> dict[str, str | None]
         "image": getattr(args, "image", None),
         "sandbox_setting": env.get("REMOTE_BASH_SANDBOX"),
         "engine_setting": env.get("REMOTE_BASH_ENGINE"),
+        "ssh_config_env": _ssh_config_env(env),
     }
+
+
+_INCLUDE = re.compile(r"\s*include(?:\s*=\s*|\s+)(.*)", re.IGNORECASE)
+_VARIABLE = re.compile(r"\$\{(\w+)\}")
+
+
+def _ssh_configs(config: Path, home: Path, depth: int = 0) -> list[tuple[Path, str]]:
+    """``config`` and every file its ``Include`` lines name, whether or not their block applies, with
+    their text ("" when unreadable): more than the session reads is fine, never too few."""
+    try:
+        text = config.read_text(errors="replace")
+    except OSError:
+        return [(config, "")]
+    found = [(config, text)]
+    if depth >= 16 or "nclude" not in text.lower():
+        return found
+    import glob
+    import shlex
+
+    for line in text.splitlines():
+        match = _INCLUDE.match(line)
+        if match is None:
+            continue
+        try:
+            patterns = shlex.split(match.group(1), comments=True)
+        except ValueError:
+            patterns = match.group(1).split()
+        for pattern in patterns:
+            expanded = str(home) + pattern[1:] if pattern.startswith("~/") else pattern
+            full = expanded if os.path.isabs(expanded) else str(home / ".ssh" / expanded)
+            for name in sorted(glob.glob(full)):
+                found += _ssh_configs(Path(name), home, depth + 1)
+    return found
+
+
+def _ssh_config_files(config: Path) -> list[Path]:
+    """The files of :func:`_ssh_configs` (in this process's home)."""
+    return [path for path, _ in _ssh_configs(config, Path("~").expanduser())]
+
+
+def _ssh_config_env(env: Mapping[str, str]) -> str | None:
+    """The environment variables ``~/.ssh/config`` (and what it includes) names as ``${NAME}`` (an
+    ``IdentityFile ${KEY}``), with their values: they decide how a session connects, so they are part
+    of its key. None when it names none."""
+    home = Path(env["HOME"]) if env.get("HOME") else Path("~").expanduser()
+    names = sorted({name for _, text in _ssh_configs(home / ".ssh" / "config", home)
+                    for name in _VARIABLE.findall(text)})
+    return json.dumps({name: env.get(name) for name in names}) if names else None
 
 
 def key_name(key: Mapping[str, str | None]) -> str:
@@ -186,7 +244,13 @@ def connect(path: Path, timeout: float | None = None) -> _socket.socket | None:
 
 
 def _send(sock: _socket.socket, message: Mapping[str, Any]) -> None:
-    sock.sendall(json.dumps(message).encode() + b"\n")
+    # Not ASCII-escaped (a multibyte character stays 2-4 bytes, not 6 or 12), unless the text holds
+    # an undecodable byte of argv (a lone surrogate), which only the escaped form carries as is.
+    try:
+        data = json.dumps(message, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        data = json.dumps(message).encode()
+    sock.sendall(data + b"\n")
 
 
 def _replies(sock: _socket.socket) -> Iterator[dict[str, Any]]:
@@ -221,6 +285,28 @@ def _start(key: dict[str, str | None], name: str, idle: float, env: Mapping[str,
         os.close(log)
 
 
+def _check_host(key: Mapping[str, str | None], debug: bool) -> None:
+    """Refuse a host the inventory does not know (or a broken inventory) before a background process is
+    started, with the error plain ``exec`` gives. Only when none serves the key: the warm path stays light."""
+    import argparse
+
+    from ._context import _Context, _pick_host
+
+    args = argparse.Namespace(inventory=key["inventory"] or None, allow=key["allow"],
+                              audit_dir=key["audit_dir"] or None, debug=debug, host=key["host"] or None,
+                              backend=key.get("backend"), image=key.get("image"))
+    ctx = _Context(args)
+    inventory = ctx.load()
+    if inventory is not None:
+        _pick_host(inventory, args.host)
+        return
+    from remote_bash.sandbox import SANDBOX
+
+    if args.host and args.host != SANDBOX:
+        with ctx.inventory():  # raises the unknown host's error before any sandbox is started
+            pass
+
+
 def _reach(key: dict[str, str | None], name: str, idle: float, env: Mapping[str, str], debug: bool,
            ) -> _socket.socket:
     """A connection to the kept session of ``key``, starting its background process if none listens."""
@@ -229,6 +315,7 @@ def _reach(key: dict[str, str | None], name: str, idle: float, env: Mapping[str,
     sock = connect(path)
     if sock is not None:
         return sock
+    _check_host(key, debug)
     proc = _start(key, name, idle, env, debug)
     deadline = time.monotonic() + START_WAIT
     pause = 0.005
@@ -268,6 +355,7 @@ def exec_kept(args: KeepArgs, env: Mapping[str, str] = os.environ) -> int:
     idle = idle_timeout(args, env)
     host = key["host"] or "the default host"
     sock = _reach(key, name, idle, env, args.debug)
+    sock.settimeout(SILENCE)
     interrupted: list[bool] = []
 
     def interrupt(signum: int, frame: object) -> None:
@@ -286,6 +374,8 @@ def exec_kept(args: KeepArgs, env: Mapping[str, str] = os.environ) -> int:
         while True:
             try:
                 reply = next(replies, None)
+            except TimeoutError:
+                return _no_answer(host, key, _peer_pid(sock), bool(interrupted))
             except (OSError, ValueError) as exc:
                 raise _died(host, env, name, f"({exc})") from exc
             if reply is None:
@@ -294,9 +384,17 @@ def exec_kept(args: KeepArgs, env: Mapping[str, str] = os.environ) -> int:
                 restarts += 1
                 # Nothing was run: the process is closing its session; a fresh one serves the call.
                 sock.close()
-                _wait_exit(int(reply.get("pid") or 0))
+                pid = int(reply.get("pid") or 0)
+                if not _wait_exit(pid):
+                    raise KeptSessionError(
+                        f"{host}: the kept session (pid {pid}) is closing ({reply['stale']}) and still "
+                        f"finishing a call after {START_WAIT:g} s; nothing was run: try again once it ends "
+                        f"('{PROG} sessions')", host=key["host"] or None)
                 sock = _reach(key, name, idle, env, args.debug)
+                sock.settimeout(SILENCE)
                 replies = _request(sock, request, host, env, name)
+                continue
+            if "beat" in reply:
                 continue
             if "o" in reply:
                 _out(reply["o"])
@@ -314,27 +412,61 @@ def exec_kept(args: KeepArgs, env: Mapping[str, str] = os.environ) -> int:
         sock.close()
 
 
+def _peer_pid(sock: _socket.socket) -> int:
+    """The pid of the process listening at the other end (the kernel's record; it needs no answer)."""
+    try:
+        raw = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+    except (OSError, AttributeError):
+        return 0
+    return int.from_bytes(raw[:4], sys.byteorder)
+
+
+def _no_answer(host: str, key: Mapping[str, str | None], pid: int, interrupted: bool) -> int:
+    """The background process said nothing for SILENCE seconds: say so (its pid, what to do), never
+    that the command was killed or ran; the status of an error, or of the interrupt that was asked."""
+    process = f"the kept session's background process{f' (pid {pid})' if pid else ''}"
+    todo = (f"stop it with '{PROG} sessions stop {key['host'] or '--all'}'" + (f" or kill {pid}" if pid else ""))
+    if not interrupted:
+        raise KeptSessionError(f"{host}: {process} did not answer for {SILENCE:g} s (stopped or hung); the "
+                               f"command's outcome is unknown and it may still run: {todo}", host=key["host"] or None)
+    from . import _signals
+
+    signum = _signals.received()
+    by = f"stopped by {_signals.name(signum)}" if signum is not None else "interrupted"
+    _err(f"{PROG}: {host}: {by}, but {process} did not answer for {SILENCE:g} s (stopped or hung): whether the "
+         f"command was killed is unknown, and it may still run: {todo}")
+    if signum is not None and _signals._finished:
+        _signals._finished[0].set()  # said here, truthfully: not main's "killed and audited"
+    return EXIT_INTERRUPTED
+
+
 def _signalled() -> bool:
     from ._signals import received
 
     return received() is not None
 
 
-def _wait_exit(pid: int) -> None:
-    """Wait (within START_WAIT) for the process ``pid`` to end: it still holds the key's lock."""
+def _wait_exit(pid: int) -> bool:
+    """Wait (within START_WAIT) for the process ``pid`` to end: it still holds the key's lock. Whether
+    it did (a process closing after a running call may take longer)."""
     deadline = time.monotonic() + START_WAIT
     while pid > 0 and time.monotonic() < deadline:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            return
+            return True
         time.sleep(0.02)
+    return pid <= 0
 
 
 def _request(sock: _socket.socket, request: Mapping[str, Any], host: str, env: Mapping[str, str],
              name: str) -> Iterator[dict[str, Any]]:
     try:
         _send(sock, request)
+    except TimeoutError:
+        raise KeptSessionError(f"{host}: the kept session's background process (pid {_peer_pid(sock)}) did not "
+                               f"take the request within {SILENCE:g} s (stopped or hung); nothing was run: stop "
+                               f"it with '{PROG} sessions stop {request['key']['host'] or '--all'}'") from None
     except OSError as exc:
         raise _died(host, env, name, f"({exc.strerror or exc})") from exc
     return _replies(sock)
@@ -473,17 +605,75 @@ def failed(exc: BaseException, debug: bool) -> int:
 # -- sessions ----------------------------------------------------------------------------------------
 
 
-def _ask(path: Path, message: Mapping[str, Any], timeout: float) -> dict[str, Any] | None:
-    sock = connect(path, timeout)
+ASK_WAIT = 5.0
+"""How long ``sessions`` waits for a background process's answer (it answers in milliseconds)."""
+STOP_WAIT = 30.0
+"""How long ``sessions stop`` waits for a process that did not answer to exit on SIGTERM (closing its
+session kills what runs in it: three rounds of at most 10 s) before it sends SIGKILL."""
+
+
+def _ask(path: Path, message: Mapping[str, Any], timeout: float) -> tuple[dict[str, Any] | None, int]:
+    """The first reply of the process at ``path`` (None: none, or nothing listens) and its pid (0: unknown)."""
+    try:
+        sock = connect(path, timeout)
+    except OSError:  # its queue of connections full: it has not accepted one for a while
+        return None, 0
     if sock is None:
-        return None
+        return None, 0
+    pid = _peer_pid(sock)
     try:
         _send(sock, message)
-        return next(_replies(sock), None)
+        return next(_replies(sock), None), pid
     except (OSError, ValueError):
-        return None
+        return None, pid
     finally:
         sock.close()
+
+
+def _keepd_key(pid: int) -> dict[str, Any] | None:
+    """The key of the kept session's background process ``pid`` (from its command line), or None when
+    ``pid`` is not one (gone, or the pid reused by another program)."""
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    if len(words) < 4 or b"remote_bash.cli._keepd" not in words[2]:
+        return None
+    try:
+        key: dict[str, Any] = json.loads(words[3])["key"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return key
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, exited but not yet reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return stat[stat.rfind(b")") + 2 :][:1] != b"Z"
+
+
+def _unanswering(path: Path, pid: int) -> dict[str, Any] | None:
+    """What ``sessions`` shows of a live background process that did not answer: its command line
+    says under which key it was started."""
+    key = _keepd_key(pid) if pid else None
+    if key is None:
+        return None
+    try:
+        started = os.stat(path).st_mtime
+    except OSError:
+        started = time.time()
+    return {"host": key.get("host") or "(default)", "pid": pid, "started": started, "last": None, "busy": None,
+            "answering": False, "allow": key.get("allow"), "inventory": key.get("inventory") or "",
+            "audit_dir": key.get("audit_dir") or ""}
 
 
 def _stale(path: Path) -> bool:
@@ -504,7 +694,8 @@ def _stale(path: Path) -> bool:
 
 
 def kept_sessions(env: Mapping[str, str]) -> list[dict[str, Any]]:
-    """The kept sessions answering on this user's sockets; a stale socket (its process gone) is removed."""
+    """The kept sessions on this user's sockets: those answering, and live processes that do not
+    (``"answering": false``); a stale socket (its process gone) is removed."""
     directory = keep_dir(env)
     if not directory.is_dir():
         return []
@@ -515,9 +706,12 @@ def kept_sessions(env: Mapping[str, str]) -> list[dict[str, Any]]:
             inode = os.stat(path).st_ino
         except FileNotFoundError:
             continue
-        reply = _ask(path, {"v": PROTOCOL, "op": "info"}, 10.0)
+        reply, pid = _ask(path, {"v": ANY_VERSION, "op": "info"}, ASK_WAIT)
+        silent = _unanswering(path, pid) if reply is None else None
         if reply is not None and "info" in reply:
-            found.append({**reply["info"], "socket": str(path)})
+            found.append({**reply["info"], "answering": True, "socket": str(path)})
+        elif silent is not None and not _stale(path):
+            found.append({**silent, "socket": str(path)})
         elif _stale(path):
             with contextlib.suppress(FileNotFoundError):
                 if os.stat(path).st_ino == inode:  # not a fresh process's socket, bound meanwhile
@@ -553,7 +747,9 @@ def _cmd_sessions(ctx: Any) -> int:
         return 0
     # Sessions on one host differ by the rules they were made under: show those, not the socket.
     rows = [["HOST", "AGE", "IDLE", "PID", "ALLOW", "INVENTORY", "AUDIT"]]
-    rows += [[i["host"], _age(now - i["started"]), "busy" if i["busy"] else _age(now - i["last"]), str(i["pid"]),
+    rows += [[i["host"], _age(now - i["started"]),
+              "not answering" if i.get("answering") is False else "busy" if i["busy"] else _age(now - i["last"]),
+              str(i["pid"]),
               _shown(i.get("allow") or "-"), _shown(i.get("inventory") or "-"),
               _shown(i.get("audit_dir") or "-")] for i in found]
     _out(_table(rows))
@@ -574,10 +770,68 @@ def _stop(env: Mapping[str, str], host: str | None) -> int:
         return EXIT_FAILED
     status = 0
     for info in chosen:
-        reply = _ask(Path(info["socket"]), {"v": PROTOCOL, "op": "stop"}, 60.0)
+        reply = None
+        if info.get("answering") is not False:
+            reply, _ = _ask(Path(info["socket"]), {"v": ANY_VERSION, "op": "stop"}, 60.0)
         if reply is not None and reply.get("stopped"):
             _out(f"stopped {info['host']} (pid {info['pid']})\n")
         else:
-            _err(f"{PROG}: {info['host']}: the kept session (pid {info['pid']}) did not confirm it stopped")
-            status = EXIT_FAILED
+            status = max(status, _terminate(info))
     return status
+
+
+def _terminate(info: Mapping[str, Any]) -> int:
+    """Stop a background process that did not answer (or confirm): SIGTERM (and SIGCONT, should it be
+    stopped), which closes its session as on ``sessions stop``; SIGKILL after STOP_WAIT. Says what was done."""
+    pid, host, path = int(info["pid"]), info["host"], Path(info["socket"])
+    try:
+        inode = os.stat(path).st_ino
+    except OSError:
+        inode = 0
+    if _keepd_key(pid) is None:
+        _err(f"{PROG}: {host}: the kept session (pid {pid}) did not confirm it stopped, and it is gone")
+        return EXIT_FAILED
+    os.kill(pid, signal.SIGTERM)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGCONT)
+    deadline = time.monotonic() + STOP_WAIT
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not _alive(pid):
+        _out(f"stopped {host} (pid {pid}): it did not answer; it exited on SIGTERM, closing its session\n")
+        return 0
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _stale(path):
+        _remove_stale(path, inode)
+    _err(f"{PROG}: {host}: the kept session (pid {pid}) did not answer, nor exit within {STOP_WAIT:g} s of "
+         "SIGTERM: killed it (SIGKILL); what its session left running on the host may still run, and its "
+         "audit log has no session.end")
+    return EXIT_FAILED
+
+
+def _remove_stale(path: Path, inode: int) -> None:
+    """Remove what a killed process left: its socket, and its lock file (taken first, as a process
+    that exits removes it: whoever opened it meanwhile sees it gone and takes the new one)."""
+    import fcntl
+
+    with contextlib.suppress(FileNotFoundError):
+        if os.stat(path).st_ino == inode:  # not a fresh process's socket, bound meanwhile
+            path.unlink()
+    lock_path = path.with_suffix(".lock")
+    try:
+        fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        there = os.stat(lock_path, follow_symlinks=False)
+        if (there.st_dev, there.st_ino) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
+            lock_path.unlink()
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -19,12 +19,9 @@ import argparse
 import asyncio
 import contextlib
 import fcntl
-import glob
 import hashlib
 import json
 import os
-import re
-import shlex
 import signal
 import socket
 import struct
@@ -39,7 +36,7 @@ from remote_bash._paths import open_private, private_dir
 
 from ._context import _Context, _pick_host, _session
 from ._exec import _Echo, _status_line
-from ._keep import PROTOCOL, _short, keep_dir
+from ._keep import BEAT, PROTOCOL, _short, _ssh_config_files, keep_dir
 from ._output import EXIT_ERROR, EXIT_INTERRUPTED, PROG, _exit_code, _one_line
 
 if TYPE_CHECKING:
@@ -49,6 +46,10 @@ if TYPE_CHECKING:
     from remote_bash.session import RemoteBashSession
 
 Send = Callable[[dict[str, Any]], None]
+
+REQUEST_LIMIT = 64 << 20
+"""The largest request line read (bytes): far above any command line (the kernel's argument limit
+is a few megabytes, 6 bytes a character once escaped), so any command plain ``exec`` takes is taken."""
 
 
 def _log(message: str) -> None:
@@ -93,7 +94,13 @@ class _Daemon:
         self.last = time.time()
         self.last_mono = time.monotonic()
         self.busy = 0
+        self.quiet = asyncio.Event()  # set while no call runs
+        self.quiet.set()
         self.done: asyncio.Event | None = None
+        self.draining = False
+        self.stopping: str | None = None
+        """Why the session is being closed under a running call (which then says so, not "interrupted")."""
+        self.hurry = asyncio.Event()  # a stop that does not wait for running calls
         self.opening = asyncio.Lock()
         self.inventory_file: Path | None = None
         self.inode = 0
@@ -107,16 +114,22 @@ class _Daemon:
         return {"inventory": str(self.inventory_file) if self.inventory_file is not None else "",
                 "audit_dir": str(self.ctx.audit_dir)}
 
-    def stop(self, why: str) -> None:
+    def stop(self, why: str, *, drain: bool = False) -> None:
+        """End the process. ``drain``: once the calls running now are done (an inventory edit: they
+        finish under the rules they started under; no new call is served); otherwise now, killing them."""
+        if not drain:
+            self.stopping = self.stopping or why
+            self.hurry.set()
         if self.done is not None and not self.done.is_set():
             _log(why)
+            self.draining = drain
             self.done.set()
 
     async def serve(self, sock: socket.socket) -> None:
         self.done = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self.stop, "stopping on SIGTERM")
-        server = await asyncio.start_unix_server(self._client, sock=sock)
+        server = await asyncio.start_unix_server(self._client, sock=sock, limit=REQUEST_LIMIT)
         idle = asyncio.create_task(self._idle())
         try:
             await self.done.wait()
@@ -127,6 +140,12 @@ class _Daemon:
             await asyncio.sleep(0.2)
             server.close()
             idle.cancel()
+            if self.draining and not self.quiet.is_set():
+                _log("waiting for the running calls to end")
+                waits = {asyncio.create_task(self.quiet.wait()), asyncio.create_task(self.hurry.wait())}
+                _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                for task in pending:
+                    task.cancel()
             if self.session is not None:
                 await self.session.close()  # stops what the session's commands left running
 
@@ -156,12 +175,18 @@ class _Daemon:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(reader.read(1 << 16), 1.0)
                 return
-            line = await reader.readline()
             try:
+                line = await reader.readline()
                 request = json.loads(line) if line else {}
-            except ValueError:
+            except (ValueError, asyncio.LimitOverrunError) as exc:
+                # Not the process ending: say so, with what was wrong; nothing was run.
+                _log(f"refused a request it could not read ({type(exc).__name__})")
+                send({"e": f"{PROG}: the kept session could not read the request (larger than "
+                           f"{REQUEST_LIMIT >> 20} MiB, or not one JSON line); nothing was run", "x": EXIT_ERROR})
+                await writer.drain()
                 return
-            if request.get("v") != PROTOCOL:
+            # info and stop are the same in every version (so any client can list and stop this process)
+            if request.get("v") != PROTOCOL and not (request.get("v") == 1 and request.get("op") in ("info", "stop")):
                 send({"e": f"{PROG}: this kept session speaks another protocol: stop it with "
                            f"'{PROG} sessions stop --all'", "x": EXIT_ERROR})
             elif request.get("op") == "info":
@@ -169,6 +194,7 @@ class _Daemon:
                                "last": self.last, "busy": bool(self.busy), "idle_timeout": self.idle,
                                "allow": self.key["allow"], **self._rules()}})
             elif request.get("op") == "stop":
+                self.stopping = "stopped by 'sessions stop'"
                 if self.session is not None:
                     await self.session.close()
                 send({"stopped": True})
@@ -196,14 +222,19 @@ class _Daemon:
         if await asyncio.to_thread(_fingerprint, self.inventory_file) != self.fingerprint:  # reads files
             # Its rules may have changed: a session made under the old ones must not serve the call.
             send({"stale": "the inventory changed since this kept session started", "pid": os.getpid()})
-            self.stop("the inventory changed: closing the session")
+            self.stop("the inventory changed: closing the session once the running calls end", drain=True)
             return
         self.idle = float(request.get("idle") or self.idle)
         self.busy += 1
+        self.quiet.clear()
+        beat = asyncio.create_task(_beat(send))
         try:
             await self._call(request, reader, send)
         finally:
+            beat.cancel()
             self.busy -= 1
+            if not self.busy:
+                self.quiet.set()
             self.last, self.last_mono = time.time(), time.monotonic()
 
     def _fail(self, send: Send, exc: BaseException) -> None:
@@ -244,7 +275,8 @@ class _Daemon:
         result: CommandResult | None = None
         try:
             await asyncio.wait({run, watch}, return_when=asyncio.FIRST_COMPLETED)
-            if not run.done():
+            by_client = not run.done()
+            if by_client:
                 run.cancel()
             try:
                 result = await run
@@ -253,7 +285,12 @@ class _Daemon:
                 if current is not None and current.cancelling():
                     raise
                 echo.finish(None)
-                send({"e": f"{PROG}: interrupted", "x": EXIT_INTERRUPTED})
+                if not by_client and self.stopping is not None:
+                    # Nobody pressed Ctrl-C: the session was closed under the call; say by what.
+                    send({"e": f"{PROG}: {self.host}: the kept session was closed during the call "
+                               f"({self.stopping}); the command was killed", "x": EXIT_ERROR})
+                else:
+                    send({"e": f"{PROG}: interrupted", "x": EXIT_INTERRUPTED})
                 return
             except Exception as exc:
                 echo.finish(None)
@@ -267,6 +304,14 @@ class _Daemon:
             echo.finish(result)
         status, line = _status_line(self.host, result)
         send({"e": line, "x": status} if line is not None else {"x": status})
+
+
+async def _beat(send: Send) -> None:
+    """Tell the client, while its call runs (quiet, or being killed), that this process still answers:
+    one that stops answering (stopped, hung) is then said within seconds instead of waited on forever."""
+    while True:
+        await asyncio.sleep(BEAT)
+        send({"beat": 1})
 
 
 def _bind(path: Path) -> socket.socket:
@@ -352,36 +397,6 @@ def _fingerprint(path: Path | None) -> bytes | None:
             data = f"unreadable: {exc.errno}".encode()
         digest.update(hashlib.sha256(str(source).encode()).digest() + hashlib.sha256(data).digest())
     return digest.digest()
-
-
-_INCLUDE = re.compile(r"\s*include(?:\s*=\s*|\s+)(.*)", re.IGNORECASE)
-
-
-def _ssh_config_files(config: Path, depth: int = 0) -> list[Path]:
-    """``config`` and every file its ``Include`` lines name, whether or not their block applies
-    (more than the session read is fine: an edit to any of them closes it, never too few)."""
-    found = [config]
-    if depth >= 16:
-        return found
-    try:
-        text = config.read_text(errors="replace")
-    except OSError:
-        return found
-    home = Path("~").expanduser()
-    for line in text.splitlines():
-        match = _INCLUDE.match(line)
-        if match is None:
-            continue
-        try:
-            patterns = shlex.split(match.group(1), comments=True)
-        except ValueError:
-            patterns = match.group(1).split()
-        for pattern in patterns:
-            expanded = str(home) + pattern[1:] if pattern.startswith("~/") else pattern
-            full = expanded if os.path.isabs(expanded) else str(home / ".ssh" / expanded)
-            for name in sorted(glob.glob(full)):
-                found += _ssh_config_files(Path(name), depth + 1)
-    return found
 
 
 def main() -> None:
