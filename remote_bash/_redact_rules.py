@@ -126,9 +126,12 @@ _ASSIGN = rf"(?:{_SEP}{_VALUE}|{_XML}|{_SIBLING})"
 """A separator and a value, the text of an XML element named by the key, or a sibling value."""
 _ASSIGNED = ("v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12")
 _FLAG_VALUE = (
-    r"""(?:"(?P<v1>[^"\n]+)"?|'(?P<v2>[^'\n]+)'?|(?P<v3>[^\s"']+))"""
+    r"""(?:"(?P<v1>(?:[^"\\\n]+|\\[^\n]?)+)"?|\$?'(?P<v2>(?:[^'\\\n]+|\\[^\n]?|'\\'')+)'?"""
+    r"""|(?P<v3>(?:[^\s"'\\]+|\\[^\n])+))"""
 )
-"""The value of a command-line option: quoted (to its closing quote or the end of the line) or bare."""
+"""The value of a command-line option, as shells quote it: ``"..."`` (with ``\\"``), ``'...'`` and
+``$'...'`` (going on after the ``'\\''`` of ``set``), to the closing quote or the end of the line, or
+bare, with backslash-escaped characters (``a\\ b``)."""
 _KEY_TAIL = "(?:_[A-Za-z0-9_]{0,64}+)?"
 """More of an identifier after a keyword (``DB_PASSWORD_PROD``): bounded, so a run of ``pass_pass_...``
 is not read again from each of its keywords."""

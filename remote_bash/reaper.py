@@ -94,13 +94,15 @@ def parse_kill_output(output: str) -> KillScan:
 # leave out (tagged). A stray has the shell's user, started at T or later, and was orphaned: going
 # up its parents while they are the user's, the chain ends at init (or at a parent that is gone),
 # not at the shell, the shell's parent (the sshd serving every channel of this login), the script,
-# or a process of another user (sshd serving another login, cron). Kernel threads never count.
+# or a process of another user (sshd serving another login, cron). Kernel threads never count, nor
+# zombies (they run nothing: a chain the kill just ended leaves some until they are reaped).
 _STRAY_AWK = r"""
 /^Pid:/ { cp = $2; next }
 /^Uid:/ { uid[cp] = $2; next }
 /^[^0-9]/ { next }
 { s = $0; n = s; sub(/^[^(]*\(/, "", n); sub(/\)[^)]*$/, "", n); sub(/^.*\) /, "", s);
   split(s, f, " "); if (int(f[7] / 2097152) % 2) next
+  if (f[1] == "Z") next
   pp[$1] = f[2]; st[$1] = f[20]; nm[$1] = n }
 END {
   # A shell gone (it died, or the kill replaced it): the shell of this script, on a channel of the

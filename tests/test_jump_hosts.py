@@ -33,6 +33,7 @@ from remote_bash.models import Host
 from remote_bash.session import RemoteBashSession
 
 from .sshd import TestHosts
+from .test_cli import host_entry
 
 
 @pytest.fixture(scope="module")
@@ -40,14 +41,6 @@ def hops(hosts: TestHosts) -> dict[str, Host]:
     """j1 -> j2 -> target, three real sshd, plus a jump host whose sshd forwards nothing."""
     return {"j1": hosts.start("jh-j1"), "j2": hosts.start("jh-j2"), "target": hosts.start("jh-target"),
             "closed": hosts.start("jh-closed", extra_config=("AllowTcpForwarding no",))}
-
-
-def entry(host: Host, **extra: Any) -> dict[str, Any]:
-    fields: dict[str, Any] = {"hostname": host.hostname, "port": host.port, "user": host.user,
-                              "identity_file": str(host.identity_file), "known_hosts": str(host.known_hosts),
-                              "credential": "key"}
-    fields.update(extra)
-    return fields
 
 
 def inventory(tmp_path: Path, entries: dict[str, dict[str, Any]]) -> Inventory:
@@ -85,9 +78,9 @@ async def test_a_jump_hosts_first_key_is_recorded_in_the_targets_session_start(
 ) -> None:
     fresh = tmp_path / "pins" / "known_hosts"  # no file yet: both jump hosts record their first key
     inv = inventory(tmp_path, {
-        "j1": entry(hops["j1"], known_hosts=str(fresh), host_key_policy="accept-new"),
-        "j2": entry(hops["j2"], known_hosts=str(fresh), host_key_policy="accept-new", jump=["j1"]),
-        "target": entry(hops["target"], jump=["j2"]),
+        "j1": host_entry(hops["j1"], known_hosts=str(fresh), host_key_policy="accept-new"),
+        "j2": host_entry(hops["j2"], known_hosts=str(fresh), host_key_policy="accept-new", jump=["j1"]),
+        "target": host_entry(hops["target"], jump=["j2"]),
     })
     async with RemoteBashSession(inv.hosts["target"]) as session:
         assert (await session.run("echo through")).output == "through\n"
@@ -116,7 +109,7 @@ async def test_a_jump_hosts_first_key_is_recorded_in_the_targets_session_start(
 async def test_a_copy_trusting_other_host_keys_is_refused_before_connecting(
     hosts: TestHosts, hops: dict[str, Host], tmp_path: Path, audit_dir: Path
 ) -> None:
-    inv = inventory(tmp_path, {"j1": entry(hops["j1"]), "target": entry(hops["target"], jump=["j1"])})
+    inv = inventory(tmp_path, {"j1": host_entry(hops["j1"]), "target": host_entry(hops["target"], jump=["j1"])})
     target, j1 = inv.hosts["target"], inv.hosts["j1"]
     empty = tmp_path / "empty_known_hosts"
     empty.write_text("")
@@ -153,9 +146,9 @@ async def test_errors_behind_a_jump_host_are_those_of_a_direct_connection(
     silent.listen(8)
     try:
         port = unused_port()
-        base = entry(hops["target"], connect_timeout=5)
+        base = host_entry(hops["target"], connect_timeout=5)
         inv = inventory(tmp_path, {
-            "j1": entry(hops["j1"]), "closed": entry(hops["closed"]),
+            "j1": host_entry(hops["j1"]), "closed": host_entry(hops["closed"]),
             "nothing": {**base, "hostname": "127.0.0.1", "port": port, "jump": ["j1"]},
             "direct": {**base, "hostname": "127.0.0.1", "port": port},
             "nowhere": {**base, "hostname": "nothing.invalid", "port": 22, "jump": ["j1"]},

@@ -144,6 +144,12 @@ CASES = [
     ('-H "Authorization: Digest hunter2"', '-H "Authorization: Digest [REDACTED:authorization]"'),
     ("https://admin:hunter2@example.com/x", "https://admin:[REDACTED:url-password]@example.com/x"),
     ("--db-password hunter2 --token=abc", "--db-password [REDACTED:password] --token=[REDACTED:token]"),
+    # An option's value quoted as shells quote it, after a space too.
+    ("cmd --token 'a'\\''bSECRET' x", "cmd --token '[REDACTED:token]' x"),
+    ("x --password $'x\\'ySECRET' z", "x --password $'[REDACTED:password]' z"),
+    ("--client-secret 'it'\\''sSECRET'", "--client-secret '[REDACTED:secret]'"),
+    ('--token "a\\"bSECRET" y', '--token "[REDACTED:token]" y'),
+    ("--password a\\ bSECRET tail", "--password [REDACTED:password] tail"),
     # Options of other secrets, their value after a space; a longer name is another option.
     ("gh --token abc1 x", "gh --token [REDACTED:token] x"),
     ("vault login --auth-token 'ab c'", "vault login --auth-token '[REDACTED:token]'"),
