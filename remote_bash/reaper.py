@@ -136,8 +136,10 @@ def _stray_block(shell_pid: int | str, since: int) -> str:
     return (
         # The shell's cgroup: the v2 line, or systemd's v1 hierarchy. Only a login's own scope
         # (pam_systemd's session-N.scope) is trusted to hold nothing but this login.
+        # A shell gone (see _STRAY_AWK): the script's own channel is of the same login, in its cgroup.
+        f"cgf=/proc/{shell_pid}/cgroup; [ -r \"$cgf\" ] || cgf=/proc/$$/cgroup\n"
         "cg=; cv=; while IFS= read -r l; do case $l in 0::/*) cg=${l#0::};; "
-        f"*:name=systemd:/*) cv=${{l#*:name=systemd:}};; esac; done 2>/dev/null </proc/{shell_pid}/cgroup\n"
+        '*:name=systemd:/*) cv=${l#*:name=systemd:};; esac; done 2>/dev/null <"$cgf"\n'
         "cd_=\n"
         "case $cg in */session-*.scope) m=$(awk '/ - cgroup2 /{print $5; exit}' /proc/self/mountinfo "
         '2>/dev/null); [ -n "$m" ] && [ -r "$m$cg/cgroup.procs" ] && cd_=$m$cg;; esac\n'
