@@ -117,6 +117,12 @@ _DECLARING = re.compile(r"(?<![\w-])(?:export|declare|typeset|local|readonly|env
 # with ``=``, ``+=``, ... and ``++``/``--``; a target spelled by an expansion (``$x=5``) is any name.
 _ARITHMETIC = re.compile(r"\(\((.*?)(?:\)\)|$)|\[\[(.*?)(?:\]\]|$)|\w\[([^\]]*)(?:\]|$)"
                          r"|(?<![\w-])let\s([^;&|\n]*)", re.DOTALL)
+_NUMERIC_TEST = re.compile(r"-(?:eq|ne|lt|le|gt|ge)\b")
+# The old arithmetic expansion ``$[...]``, and the offset of ``${x:OFFSET:LENGTH}`` (not ``:-``,
+# ``:=``, ``:?``, ``:+``; a subscript too long to look at counts as the start of one).
+_OLD_ARITHMETIC = re.compile(r"\$\[")
+_OFFSET = re.compile(r"\$\{[#!]?(?:[A-Za-z_]\w*|\d+|[@*#?$!-])(?:\[[^\]]{0,64}\]:|\[(?=[^\]]{65})|:)(?![-=?+])")
+_ANSI_C = re.compile(r"\$'((?:[^'\\]|\\.)*)'", re.DOTALL)
 _ARITHMETIC_ASSIGNS = re.compile(r"([$}]?)(" + _NAME + r"|)\s*" + _SUBSCRIPT
                                  + r"\s*(?:(?:[-+*/%&|^]|<<|>>|\*\*)?=(?!=)|\[)"
                                  r"|(?:\+\+|--)\s*(\$?)(" + _NAME + r")|(\$?)(" + _NAME + r")\s*(?:\+\+|--)")
@@ -227,7 +233,7 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
     parsed = simple_commands(command)
     if parsed is None:
         return Need("unreadable", "the command could not be read, so what it would change cannot be told")
-    need = _state_change(parsed.functions, parsed.data) or _assigns_in_text(command)
+    need = _state_change(parsed.functions, parsed.data) or _assigns_in_text(command) or _ansi_c_data(command)
     if need is not None:
         return need
     if "deletions" in classes:
@@ -238,7 +244,8 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
     # Bounded in commands read, and in words queued and characters read again (a wrapper read two
     # ways queues a command more than once; eval of eval reads its text again), both linear in the
     # text's length. Past the bound the rest is unread, so it asks.
-    reading = _Reading(list(parsed.redirects), 16 * len(command) + 4096)
+    reading = _Reading(list(parsed.redirects), 16 * len(command) + 4096, _arithmetic_texts(command, True),
+                       _integers(command))
     redirects = reading.redirects
     for _ in range(4 * len(command) + 16):
         if not queue:
@@ -247,7 +254,7 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
         if any(carries_substitution(w) for w in _data_words(command_words)):
             return _CARRIES
         assigned, words = _skip_assignments(command_words)
-        need = _risky_assignment(assigned)
+        need = _risky_assignment(assigned) or _values_assigned(command_words, reading)
         if need is not None:
             return need
         if not words:
@@ -282,6 +289,9 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
         queue.extend(inner)
     if queue:
         return Need("unreadable", "the command holds more commands than are read here")
+    need = _arithmetic_on_values(reading)
+    if need is not None:
+        return need
     if any(carries_substitution(target) for _, target, _ in redirects):
         return _CARRIES
     if allowed_paths is not None:
@@ -323,6 +333,12 @@ class _Reading:
 
     redirects: list[tuple[str, str, bool]]
     budget: int
+    arithmetic: list[str] = field(default_factory=list)
+    """The texts bash evaluates as arithmetic (``$((...))``, ``$[...]``, ``${x:OFFSET}``, ``-eq``...)."""
+    integers: set[str] = field(default_factory=set)
+    """Names declared ``-i``: a value assigned to one is evaluated as arithmetic."""
+    values: dict[str, list[tuple[str, bool]]] = field(default_factory=dict)
+    """The values the text assigns to each name, and whether each is plain literal text."""
 
 
 def _skip_assignments(words: list[tuple[str, bool]]) -> tuple[list[str], list[tuple[str, bool]]]:
@@ -364,6 +380,9 @@ def _assigns(base: str, words: list[tuple[str, bool]]) -> Need | None:
         return _risky_assignment(values[:1])
     if base == "let":
         return _arithmetic_assigns(" ".join(values))
+    if base == "coproc" and values and re.fullmatch(_NAME, values[0]) and (
+            len(values) == 1 or values[1] in ("{", "(", "((", "[[", "if", "for", "while", "until", "case", "select")):
+        return _risky_assignment([values[0], values[0] + "_PID"])  # coproc NAME assigns NAME and NAME_PID
     if base not in _NAMERS:
         return None
     takes_name, takes_value = _NAMERS[base]
@@ -429,10 +448,109 @@ def _assigns_in_text(text: str) -> Need | None:
     need = _risky_assignment(names)
     if need is not None:
         return need
-    for match in _ARITHMETIC.finditer(text):
-        need = _arithmetic_assigns(next(g for g in match.groups() if g is not None))
+    for arithmetic in _arithmetic_texts(text, False):
+        need = _arithmetic_assigns(arithmetic)
         if need is not None:
             return need
+    return None
+
+
+def _balanced_end(text: str, start: int, opening: str, closing: str) -> int:
+    """Where the bracket opened just before ``start`` closes (the text's end when it does not)."""
+    depth = 1
+    for i in range(start, len(text)):
+        if text[i] == opening:
+            depth += 1
+        elif text[i] == closing:
+            depth -= 1
+            if depth == 0:
+                return i
+    return len(text)
+
+
+def _arithmetic_texts(text: str, references: bool) -> list[str]:
+    """The texts bash evaluates as arithmetic: ``((...))``, ``$((...))``, subscripts, ``let``,
+    ``[[ ... ]]``, the old ``$[...]`` and the offset and length of ``${x:OFFSET:LENGTH}``.
+    With ``references``, a ``[[ ... ]]`` counts only when it compares numbers (``-eq``, ...): the
+    texts are then read for the variables they name, not for assignments."""
+    texts = []
+    for match in _ARITHMETIC.finditer(text):
+        found = next(g for g in match.groups() if g is not None)
+        if not references or match.group(2) is None or _NUMERIC_TEST.search(found):
+            texts.append(found)
+    for pattern, opening, closing in ((_OLD_ARITHMETIC, "[", "]"), (_OFFSET, "{", "}")):
+        position = 0
+        while (opened := pattern.search(text, position)) is not None:
+            end = _balanced_end(text, opened.end(), opening, closing)
+            texts.append(text[opened.end():end])
+            position = max(end, opened.end())  # what is nested inside was read with it: linear
+    return texts
+
+
+def _integers(text: str) -> set[str]:
+    """The names a ``declare -i`` (``typeset``, ``local``, ``export``, ``readonly``) in the text makes
+    integers: bash evaluates every value later assigned to one as arithmetic."""
+    names: set[str] = set()
+    for match in _DECLARING.finditer(text):
+        if match.group(0).startswith("env"):
+            continue
+        words = match.group(1).split()
+        if any(re.fullmatch(r"-[a-zA-Z]*i[a-zA-Z]*", w) for w in words):
+            names.update(m.group(1) for w in words if (m := re.match(r"[\"']?(" + _NAME + ")", w)))
+    return names
+
+
+def _values_assigned(words: list[tuple[str, bool]], reading: _Reading) -> Need | None:
+    """Record the values a command assigns (its prefix ``NAME=value`` words, a declarer's
+    operands); a value assigned to an integer variable (``declare -i y='PATH=5'``) is arithmetic."""
+    _, rest = _skip_assignments(words)
+    pairs = [(w, lit) for w, lit in words[:len(words) - len(rest)] if _ASSIGN.match(w)]
+    base = rest[0][0].rsplit("/", 1)[-1] if rest and rest[0][1] else ""
+    integer = False
+    if base in _DECLARERS:
+        pairs += [(w, lit) for w, lit in rest[1:] if _ASSIGN.match(w)]
+        integer = any(re.fullmatch(r"-[a-zA-Z]*i[a-zA-Z]*", w) for w, _ in rest[1:])
+    elif base in ("for", "select") and len(rest) > 2 and rest[2][0] == "in":
+        pairs += [(f"{rest[1][0]}={w}", lit) for w, lit in rest[3:] if w not in (";", "do")]
+    for word, literal in pairs:
+        match = _ASSIGN.match(word)
+        assert match is not None
+        name, value = match.group(1), word[match.end():]
+        reading.values.setdefault(name, []).append((value, literal))
+        if integer or name in reading.integers:
+            need = _arithmetic_assigns(value)
+            if need is not None:
+                return need
+    return None
+
+
+def _arithmetic_on_values(reading: _Reading) -> Need | None:
+    """Whether arithmetic names a variable whose value, set in the same text, assigns in turn when
+    bash evaluates it (``x=PATH=5; echo $((x))``): a value in arithmetic is arithmetic too."""
+    todo = [name for text in reading.arithmetic for name in re.findall(_NAME, text)]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for value, literal in reading.values.get(name, []):
+            if not literal and "=" in value:
+                return Need("environment", f"arithmetic evaluates {name}, whose value is built at run time and "
+                                           "may assign a variable, so what it changes cannot be told")
+            need = _arithmetic_assigns(value)
+            if need is not None:
+                return need
+            todo += re.findall(_NAME, value)
+    return None
+
+
+def _ansi_c_data(text: str) -> Need | None:
+    """A ``$'...'`` anywhere in the text (inside ``${x:-$'...'}`` too) that decodes to ``$(`` or a
+    backquote."""
+    for match in _ANSI_C.finditer(text):
+        if carries_substitution(decode_ansi_c(match.group(1))):
+            return _CARRIES
     return None
 
 
@@ -805,10 +923,12 @@ def _read_text(what: str, reading: _Reading,
     inner = simple_commands(text)
     if inner is None:
         return Need("unreadable", f"the text given to {what} could not be read")
-    need = _state_change(inner.functions, inner.data) or _assigns_in_text(text)
+    need = _state_change(inner.functions, inner.data) or _assigns_in_text(text) or _ansi_c_data(text)
     if need is not None:
         return need
     reading.redirects += inner.redirects
+    reading.arithmetic += _arithmetic_texts(text, True)
+    reading.integers |= _integers(text)
     return inner.commands
 
 

@@ -580,3 +580,34 @@ def test_options_that_run_a_command_ask(command: str) -> None:
 ])
 def test_the_same_programs_without_those_options_do_not_ask(command: str) -> None:
     assert approval_needed(command, PROD) is None, command
+
+
+@pytest.mark.parametrize("command", [
+    # a re-attack set PATH through arithmetic that no NAME=value word shows
+    "echo $[PATH=5]", "echo $[1+$[PATH=5]]", "x=abc; echo ${x:PATH=5}", "x=abc; echo ${x:1:PATH=5}",
+    "echo ${@:PATH=5}", "echo ${a[1]:0:PATH=5}", "declare -i y='PATH=5'", "typeset -i y='PATH=5'",
+    "local -i y='PATH=5'", "declare -ri y=PATH=5", "declare -i y; y='PATH=5'", "typeset -i y; y+=PATH=5",
+    "declare -i y; for y in PATH=5; do :; done", "x=PATH=5; echo $((x))", "x=PATH=5; y=x; echo $((y))",
+    "x=PATH=5; ((x))", "x=PATH=5; [[ $x -eq 1 ]]", "x=PATH=5; let y=x", "x=PATH=5; echo ${a[x]}",
+    "coproc PATH { sleep 1; }", "coproc PATH ( sleep 1 )", "coproc IFS { sleep 1; }",
+])
+def test_variables_set_without_a_plain_assignment_ask(command: str) -> None:
+    need = approval_needed(command, ATTACKED)
+    assert need is not None and need.rule in ("environment", "lookup"), (command, need)
+
+
+@pytest.mark.parametrize("command", [
+    "x=abc; echo ${x:1:2}", "echo ${x: -1} ${x:-d} ${x:+b} ${#x}", "for i in 1 2; do echo $((i+1)); done",
+    "n=5; ((n > 3))", "x=foo; [[ $x == foo ]]", "i=$((i+1)); echo $((i))", "declare -i n=5; n=n+1",
+    "x=a=b; echo $((x))", "coproc sleep 1", "coproc X { sleep 1; }", "echo $[1+2]",
+])
+def test_arithmetic_that_assigns_nothing_risky_does_not_ask(command: str) -> None:
+    assert approval_needed(command, ATTACKED) is None, command
+
+
+@pytest.mark.parametrize("command", [
+    "x=${y:-$'a[\\x24(rm F)]'}", "x=\"${y:-$'\\140rm F\\140'}\"", "echo ${y#$'\\u0024(rm F)'}",
+])
+def test_ansi_c_text_inside_an_expansion_is_decoded(command: str) -> None:
+    assert approval_needed(command, ATTACKED) == approval_needed("x='a[$(rm F)]'", ATTACKED), command
+
