@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 __all__ = ["TEXT_OPTIONS", "awk_programs", "awk_runs", "git_runs", "inline_program", "mode_sets_special", "sed_effects",
-           "wrapper_starts"]
+           "split_glued", "wrapper_starts"]
 
 # Wrappers whose first operand is theirs (a lock file, a directory, a time), not the command's name.
 # timeout's first operand is always its duration (``5``, ``.5``, ``inf``, ``1e3``), whatever its spelling.
@@ -47,7 +47,20 @@ _VALUE_OPTIONS: dict[str, frozenset[str]] = {name: frozenset(opts) for name, opt
 # Wrappers that run a text given to an option through a shell.
 TEXT_OPTIONS: dict[str, tuple[str, ...]] = {"su": ("-c", "--command", "--session-command"),
                                              "runuser": ("-c", "--command", "--session-command"),
-                                             "flock": ("-c", "--command"), "sg": ("-c",)}
+                                             "flock": ("-c", "--command"), "sg": ("-c",),
+                                             "env": ("-S", "--split-string"), "script": ("-c", "--command")}
+# For those wrappers: the short options that take a value (in a cluster such as ``-qc'TEXT'`` or
+# ``-vS'TEXT'`` the rest of the word is that value), the letter whose value is a command text, its
+# long names (GNU programs take any unambiguous abbreviation: ``--comm``), and whether the options
+# end at the first operand (env) rather than anywhere (GNU getopt's order).
+_GLUED: dict[str, tuple[str, str, tuple[str, ...], bool]] = {
+    "env": ("uCS", "S", ("--split-string",), True),
+    "script": ("cEIOBTmo", "c", ("--command",), False),
+    "su": ("sgGwc", "c", ("--command", "--session-command"), False),
+    "runuser": ("sgGwcu", "c", ("--command", "--session-command"), False),
+    "flock": ("wEc", "c", ("--command",), False),
+    "sg": ("c", "c", (), False),
+}
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?\+?=")
 
 _CLAUSE = re.compile(r"[ugoa]*((?:[-+=](?:[rwxXst]*|[ugo]|[0-7]+))+)")
@@ -365,3 +378,37 @@ def wrapper_starts(base: str, words: list[str]) -> tuple[list[int] | None, list[
     if len(starts) > _MAX_READINGS:
         return None, assigned
     return sorted(i for i in starts if i < len(words)), assigned
+
+
+def split_glued(base: str, words: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
+    """A wrapper's words with its command-text option spelled apart, as its option parser reads
+    it: ``script -qec'rm F'`` as ``-qe -c 'rm F'``, ``env -vS'rm F'`` as ``-v -S 'rm F'``,
+    ``su --comm='rm F'`` as ``-c 'rm F'``; other wrappers' words unchanged."""
+    if base not in _GLUED:
+        return words
+    with_value, text, longs, first_operand_ends = _GLUED[base]
+    out: list[tuple[str, bool]] = []
+    for i, (word, literal) in enumerate(words):
+        if word == "--" or (first_operand_ends and not word.startswith("-")):
+            return out + words[i:]
+        if word.startswith("--"):
+            name, equals, value = word.partition("=")
+            if len(name) > 2 and any(long.startswith(name) for long in longs):
+                out.append(("-" + text, literal))
+                out += [(value, literal)] if equals else []
+                continue
+        elif word.startswith("-") and len(word) > 1:
+            for j, letter in enumerate(word[1:], start=1):
+                if letter == text:
+                    out += [(word[:j], literal)] if j > 1 else []
+                    out.append(("-" + text, literal))
+                    out += [(word[j + 1:], literal)] if j + 1 < len(word) else []
+                    break
+                if letter in with_value:
+                    out.append((word, literal))
+                    break
+            else:
+                out.append((word, literal))
+            continue
+        out.append((word, literal))
+    return out

@@ -40,6 +40,7 @@ from remote_bash._programs import (
     inline_program,
     mode_sets_special,
     sed_effects,
+    split_glued,
     wrapper_starts,
 )
 from remote_bash._shell_state import (
@@ -635,6 +636,7 @@ def _classify(base: str, args: list[str], classes: frozenset[str]) -> Need | Non
 def _inner_command(base: str, words: list[tuple[str, bool]],
                    reading: _Reading) -> list[list[tuple[str, bool]]] | Need:
     """Commands a wrapper runs: ``sudo rm x`` also runs ``rm x``; ``bash -c 'text'`` runs ``text``."""
+    words = split_glued(base, words)
     if base in _SHELLS:
         text = _shell_text(words)
         if text is None:
@@ -643,11 +645,11 @@ def _inner_command(base: str, words: list[tuple[str, bool]],
             return Need("unreadable", f"{base} runs commands from a script or its input, which the text does "
                                       "not show")
         return _read_text(base, reading, text)
-    if base == "script" and any(w in ("-c", "--command") or re.fullmatch(r"-[a-z]*c", w) for w, _ in words):
-        for i, (word, _) in enumerate(words):
-            if (word in ("-c", "--command") or re.fullmatch(r"-[a-z]*c", word)) and i + 1 < len(words):
-                return _read_text(base, reading, words[i + 1])
-        return []
+    if base == "script":
+        if not any(w in TEXT_OPTIONS["script"] for w, _ in words):
+            return Need("unreadable", "script runs a shell that reads commands from its input, which the text "
+                                      "does not show")
+        return _wrapped(base, words, reading)
     values = [w for w, _ in words]
     if base == "eval":
         if not all(literal for _, literal in words):
@@ -722,11 +724,6 @@ def _inner_command(base: str, words: list[tuple[str, bool]],
     why = inline_program(base, values)
     if why is not None:
         return Need("unreadable", f"{why}, whose effects the text does not show")
-    if base == "env" and any(w in ("-S", "--split-string") or w.startswith("--split-string=") for w, _ in words):
-        for i, (word, _) in enumerate(words):
-            if word in ("-S", "--split-string") and i + 1 < len(words):
-                return _read_text("env -S", reading, words[i + 1])
-        return Need("unreadable", "env -S splits a string into a command that cannot be read here")
     if base in _WRAPPERS or base in _ESCALATE:
         return _wrapped(base, words, reading)
     return []
@@ -879,27 +876,36 @@ def _wrapped(base: str, words: list[tuple[str, bool]],
     An option the table does not know may take a value, so the word after it is read both ways:
     as that value (the command starts after it) and as the command's name."""
     texts = TEXT_OPTIONS.get(base, ())
+    from_text: list[list[tuple[str, bool]]] = []
     for i, (word, literal) in enumerate(words):
         if word in texts and i + 1 < len(words):
             text = _read_text(f"{base} {word}", reading, words[i + 1])
-            # Words after the text are read as a command too, whatever the wrapper makes of them,
-            # and so is what follows any options among them (``-c x --opt y rm F``).
-            if isinstance(text, Need) or i + 2 >= len(words):
+            if isinstance(text, Need):
                 return text
+            # Words after the text are read as a command too, whatever the wrapper makes of them,
+            # and so is what follows any options among them (``-c x --opt y rm F``); and so are the
+            # words as the wrapper's own command (``env rm -S x F`` runs rm).
             rest = words[i + 2:]
             starts, _ = wrapper_starts("", [w for w, _ in rest])
             if starts is None:
                 return Need("unreadable", f"{base}'s options cannot be told apart from the command it runs")
-            return [*text, rest, *(rest[j:] for j in starts if j)]
+            from_text = [*text, *([rest] if rest else []), *(rest[j:] for j in starts if j)]
+            break
         if any(word.startswith(f + "=") for f in texts if f.startswith("--")):
-            return _read_text(base, reading, (word.split("=", 1)[1], literal))
+            text = _read_text(base, reading, (word.split("=", 1)[1], literal))
+            if isinstance(text, Need):
+                return text
+            from_text = text
+            break
+    if base not in _WRAPPERS and base not in _ESCALATE:
+        return from_text  # script: its operands are its log files, not a command
     starts, assigned = wrapper_starts(base, [w for w, _ in words])
     need = _risky_assignment(assigned)
     if need is not None:
         return need
     if starts is None:
         return Need("unreadable", f"{base}'s options cannot be told apart from the command it runs")
-    found: list[list[tuple[str, bool]]] = []
+    found: list[list[tuple[str, bool]]] = from_text
     for i in starts:
         found.append(words[i:])
         # watch (always) and sudo -s, su, ... (when the name is not a plain word) run the words

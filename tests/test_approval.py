@@ -611,3 +611,19 @@ def test_arithmetic_that_assigns_nothing_risky_does_not_ask(command: str) -> Non
 def test_ansi_c_text_inside_an_expansion_is_decoded(command: str) -> None:
     assert approval_needed(command, ATTACKED) == approval_needed("x='a[$(rm F)]'", ATTACKED), command
 
+
+@pytest.mark.parametrize("command", [
+    # a re-attack glued the command text to a wrapper's option; the spaced forms were read
+    "env -S'rm -f F'", "env -vS'rm F'", "env -iS'rm F'", "env -i -S'rm F'", "env --split-str='rm F'",
+    "env --sp 'rm F'", "env -S x rm -f F", "env rm -S x F", "script -qc'rm F' /dev/null",
+    "script -qec'rm F' /dev/null", "script --comm='rm F' /dev/null", "script -q /dev/null <<< 'rm F'",
+    "flock /tmp/l -c'rm F'", "flock -w5 -c'rm F' /tmp/l", "flock /tmp/l --comm 'rm F'",
+])
+def test_glued_option_values_of_wrappers_are_read(command: str) -> None:
+    assert approval_needed(command, DELETIONS) is not None, command
+
+
+@pytest.mark.parametrize("command", ["env -S'ls -l'", "env -vS'ls'", "script -qc'ls' /dev/null",
+                                     "flock /tmp/l -c'ls'", "env -i PATH_X=1 ls"])
+def test_glued_option_values_that_run_nothing_risky_do_not_ask(command: str) -> None:
+    assert approval_needed(command, DELETIONS) is None, command
