@@ -273,6 +273,40 @@ _GIT_VALUE = frozenset({"-C", "--git-dir", "--work-tree", "--namespace", "--supe
                         "--attr-source"})
 
 
+# git subcommands' options whose value is a command git runs (the upload or receive program of a
+# local or ssh remote, an archive's remote command, a pager, settings of a new clone), by the
+# shortest abbreviation git's option parser takes for each, and their short forms.
+_GIT_COMMAND_OPTIONS: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "fetch": (("--upl",), "", "ojn"), "pull": (("--upl",), "", "ojnsX"),
+    "clone": (("--upl", "--con"), "uc", "objnu"), "ls-remote": (("--upl",), "u", "o"),
+    "push": (("--rece", "--ex"), "", "o"), "archive": (("--ex", "--rem"), "", "o"),
+    "grep": (("--open",), "O", "efABCm"), "send-email": (("--sendm", "--smtp-server", "--to-c", "--cc-c",
+                                                         "--header-c"), "", ""),
+}
+
+
+def _git_command_option(subcommand: str, words: list[str]) -> str | None:
+    """The option of ``git SUBCOMMAND`` that names a command git runs (``--upload-pack=CMD``,
+    ``-u CMD``, ``-O``), as git's option parser reads it; None when none is given."""
+    if subcommand not in _GIT_COMMAND_OPTIONS:
+        return None
+    stems, letters, with_value = _GIT_COMMAND_OPTIONS[subcommand]
+    for word in words:
+        if word == "--":
+            return None
+        name = word.split("=", 1)[0]
+        if name.startswith("--") and len(name) > 2 and any(
+                name.startswith(stem) or (len(name) >= 5 and stem.startswith(name)) for stem in stems):
+            return name
+        if word.startswith("-") and not word.startswith("--"):
+            for letter in word[1:]:
+                if letter in letters:
+                    return "-" + letter
+                if letter in with_value:
+                    break
+    return None
+
+
 def git_runs(words: list[str]) -> str | None:
     """Why ``git`` with these arguments may run a command the text does not show, or None."""
     i = 0
@@ -290,6 +324,9 @@ def git_runs(words: list[str]) -> str | None:
             i += 1
             continue
         rest = words[i + 1:]
+        option = _git_command_option(word, rest)
+        if option is not None:
+            return f"git {word} {option} runs a command given to it, which is not read here"
         if (word == "submodule" and "foreach" in rest) or (word == "bisect" and "run" in rest) \
                 or word == "filter-branch" or (word == "rebase" and any(
                     w in ("-x", "--exec") or w.startswith("--exec=") for w in rest)) \

@@ -627,3 +627,27 @@ def test_glued_option_values_of_wrappers_are_read(command: str) -> None:
                                      "flock /tmp/l -c'ls'", "env -i PATH_X=1 ls"])
 def test_glued_option_values_that_run_nothing_risky_do_not_ask(command: str) -> None:
     assert approval_needed(command, DELETIONS) is None, command
+
+
+@pytest.mark.parametrize("command", [
+    # git runs the upload/receive program of a local or ssh remote, and the others, through a shell
+    "git ls-remote --upload-pack='rm F' /srv/r", "git ls-remote -u 'rm F' /srv/r", "git fetch --upload-pack='rm F' /r",
+    "git fetch --upload-p 'rm F' /r", "git pull --upload-pack 'rm F' /r", "git clone -u 'rm F' /r /tmp/c",
+    "git clone --upload-pack='rm F' /r /tmp/c", "git clone -c core.fsmonitor='rm F' /r /tmp/c",
+    "git push --receive-pack='rm F' /r", "git push --exec='rm F' /r", "git archive --exec='rm F' --remote=/r HEAD",
+    "git archive --remote=/r HEAD", "git grep --open-files-in-pager='rm F' x", "git grep -O'rm F' x",
+    "git grep -nO'rm F' x", "git difftool --extcmd='rm F'", "git difftool -x 'rm F'", "git mergetool --extcmd 'rm F'",
+    "git rebase --exec 'rm F'", "git rebase -x 'rm F'", "git bisect run rm F", "git -C /r fetch --upload-pack='rm F'",
+    "git -C /r -c x.y=1 ls-remote --upload-pack='rm F' /r", "git --git-dir=/r/.git push --receive-pack='rm F' o",
+    "git send-email --sendmail-cmd='rm F' x.patch",
+])
+def test_git_options_that_run_a_command_ask(command: str) -> None:
+    need = approval_needed(command, PROD)
+    assert need is not None and need.rule == "unreadable", (command, need)
+
+
+@pytest.mark.parametrize("command", ["git fetch origin", "git fetch -u origin", "git pull --rebase",
+                                     "git grep -n -e O x", "git grep -eO x", "git push origin main",
+                                     "git archive HEAD -o /tmp/x.tar", "git ls-remote origin"])
+def test_git_without_those_options_does_not_ask(command: str) -> None:
+    assert approval_needed(command, PROD) is None, command
