@@ -246,7 +246,7 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
     # ways queues a command more than once; eval of eval reads its text again), both linear in the
     # text's length. Past the bound the rest is unread, so it asks.
     reading = _Reading(list(parsed.redirects), 16 * len(command) + 4096, _arithmetic_texts(command, True),
-                       _integers(command))
+                       _integers(command), joins="(" in command)
     redirects = reading.redirects
     for _ in range(4 * len(command) + 16):
         if not queue:
@@ -271,6 +271,8 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
             return need
         if base == "printf" and any(carries_substitution(decode_ansi_c(a)) for a in args):
             return _CARRIES  # printf spells '$' from \x24 or \044 in what it stores or prints
+        if base == "printf" and reading.joins and any(_LONE_DOLLAR.search(decode_ansi_c(a)) for a in args):
+            return _JOINED  # printf -v x 'a[%c(rm F)]' '$' assembles 'a[$(rm F)]' from its pieces
         need = _classify(base, args, classes)
         if need is not None:
             return need
@@ -305,6 +307,12 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
 _CARRIES = Need("substitution-data", "quoted text holds '$(' or '`': bash runs it if the value is ever used in "
                                     "arithmetic (an array subscript) or expanded as a prompt, so it may run later")
 
+_JOINED = Need("substitution-data", "a '$' on its own is set or printed where a '(' follows in the text: joined, "
+                                   "they make a command substitution that bash runs if the value is used in "
+                                   "arithmetic, so it may run later")
+# A '$' that starts no expansion of its own: the end of a value, or before '[', '%', a quote...
+_LONE_DOLLAR = re.compile(r"\$(?![A-Za-z0-9_{(@*#?!$-])")
+
 
 def _state_change(functions: list[str], data: list[str]) -> Need | None:
     """A function definition (it may take any command's name), or data that may run later."""
@@ -338,6 +346,8 @@ class _Reading:
     """The texts bash evaluates as arithmetic (``$((...))``, ``$[...]``, ``${x:OFFSET}``, ``-eq``...)."""
     integers: set[str] = field(default_factory=set)
     """Names declared ``-i``: a value assigned to one is evaluated as arithmetic."""
+    joins: bool = False
+    """Whether the text holds a '(' that a lone '$' could be joined to."""
     values: dict[str, list[tuple[str, bool]]] = field(default_factory=dict)
     """The values the text assigns to each name, and whether each is plain literal text."""
 
@@ -518,6 +528,8 @@ def _values_assigned(words: list[tuple[str, bool]], reading: _Reading) -> Need |
         assert match is not None
         name, value = match.group(1), word[match.end():]
         reading.values.setdefault(name, []).append((value, literal))
+        if reading.joins and _LONE_DOLLAR.search(value):
+            return _JOINED  # d=$'\x24'; x="a[${d}(rm F)]" splices '$' before '('
         if integer or name in reading.integers:
             need = _arithmetic_assigns(value)
             if need is not None:

@@ -651,3 +651,20 @@ def test_git_options_that_run_a_command_ask(command: str) -> None:
                                      "git archive HEAD -o /tmp/x.tar", "git ls-remote origin"])
 def test_git_without_those_options_does_not_ask(command: str) -> None:
     assert approval_needed(command, PROD) is None, command
+
+
+@pytest.mark.parametrize("command", [
+    # a re-attack assembled 'a[$(rm F)]' from pieces none of which holds '$('
+    "printf -v x '%s(rm F)]' $'a[\\x24'", "printf -v x 'a[%c(rm F)]' '$'", "printf -v x 'a[\\x24%s' '(rm F)]'",
+    "d=$'\\x24'; x=\"a[${d}(rm F)]\"", "d='$'; x=a[$d'(rm F)]'", "x='a[$'; y=\"${x}(rm F)]\"",
+    "declare d=$'\\044'; x=\"a[${d}(rm F)]\"", "for d in '$'; do x=\"a[${d}(rm F)]\"; done",
+])
+def test_a_lone_dollar_joined_to_a_parenthesis_asks(command: str) -> None:
+    need = approval_needed(command, ATTACKED)
+    assert need is not None and need.rule == "substitution-data", (command, need)
+
+
+@pytest.mark.parametrize("command", ["re='^foo$'; grep \"$re\" f", "printf '%s\\n' 'cost: $5 (est)'",
+                                     "x='$HOME'; echo \"$x\"", "printf '%s$\\n' a"])
+def test_a_dollar_that_joins_nothing_does_not_ask(command: str) -> None:
+    assert approval_needed(command, ATTACKED) is None, command
