@@ -647,6 +647,15 @@ class _Parser:
         Inside double quotes, a single quote in ``${x:-'...'}`` is an ordinary character and a
         ``$(...)`` between such quotes still runs, so there they are not skipped as quotes.
         """
+        self.depth += 1  # ${x:-${y:-...}} nests: bounded like other nesting, so it never overflows
+        if self.depth > _MAX_DEPTH:
+            raise _ParseError("expansions are nested too deeply")
+        try:
+            self._braced_body(in_dquotes=in_dquotes)
+        finally:
+            self.depth -= 1
+
+    def _braced_body(self, *, in_dquotes: bool) -> None:
         text, depth = self.text, 0
         while self.pos < len(text):
             char = text[self.pos]

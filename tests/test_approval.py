@@ -668,3 +668,9 @@ def test_a_lone_dollar_joined_to_a_parenthesis_asks(command: str) -> None:
                                      "x='$HOME'; echo \"$x\"", "printf '%s$\\n' a"])
 def test_a_dollar_that_joins_nothing_does_not_ask(command: str) -> None:
     assert approval_needed(command, ATTACKED) is None, command
+
+
+@pytest.mark.parametrize("unit", ["${x:", "${x:-", '"${x:-', "${x:-$[", "${a[${b:"])
+def test_deeply_nested_expansions_ask_and_never_raise(unit: str) -> None:
+    need = approval_needed(unit * 2000, ATTACKED)
+    assert need is not None and need.rule == "unreadable", need
