@@ -521,6 +521,17 @@ def _values_assigned(words: list[tuple[str, bool]], reading: _Reading) -> Need |
     if base in _DECLARERS:
         pairs += [(w, lit) for w, lit in rest[1:] if _ASSIGN.match(w)]
         integer = any(re.fullmatch(r"-[a-zA-Z]*i[a-zA-Z]*", w) for w, _ in rest[1:])
+    elif base == "printf":
+        for i, (word, _) in enumerate(rest[1:-1], start=1):
+            if word.startswith("-v") and re.fullmatch(_NAME, word[2:] or rest[i + 1][0]):
+                name = word[2:] or rest[i + 1][0]
+                tail = [w for w, _ in rest[i + (1 if word[2:] else 2):]]
+                # What printf stores is assembled from its format and arguments: with a directive
+                # or an escape, it counts as built at run time; its pieces are read all the same.
+                value = decode_ansi_c(" ".join(tail))
+                built = any("%" in w or "\\" in w for w in tail) or not all(lit for _, lit in rest)
+                pairs.append((f"{name}={value}", not built))
+                break
     elif base in ("for", "select") and len(rest) > 2 and rest[2][0] == "in":
         pairs += [(f"{rest[1][0]}={w}", lit) for w, lit in rest[3:] if w not in (";", "do")]
     for word, literal in pairs:

@@ -588,7 +588,8 @@ def test_the_same_programs_without_those_options_do_not_ask(command: str) -> Non
     "echo ${@:PATH=5}", "echo ${a[1]:0:PATH=5}", "declare -i y='PATH=5'", "typeset -i y='PATH=5'",
     "local -i y='PATH=5'", "declare -ri y=PATH=5", "declare -i y; y='PATH=5'", "typeset -i y; y+=PATH=5",
     "declare -i y; for y in PATH=5; do :; done", "x=PATH=5; echo $((x))", "x=PATH=5; y=x; echo $((y))",
-    "x=PATH=5; ((x))", "x=PATH=5; [[ $x -eq 1 ]]", "x=PATH=5; let y=x", "x=PATH=5; echo ${a[x]}",
+    "x=PATH=5; ((x))", "x=PATH=5; [[ $x -eq 1 ]]", "printf -v x PATH=5; echo $((x))",
+    "printf -v x %s=5 PATH; echo $((x))", "printf -vx -- PATH=5; ((x))", "x=PATH=5; let y=x", "x=PATH=5; echo ${a[x]}",
     "coproc PATH { sleep 1; }", "coproc PATH ( sleep 1 )", "coproc IFS { sleep 1; }",
 ])
 def test_variables_set_without_a_plain_assignment_ask(command: str) -> None:
