@@ -91,7 +91,8 @@ def decode_ansi_c(body: str) -> str:
     def one(match: re.Match[str]) -> str:
         code = match.group(1)
         if code[0] in "xuU":
-            return chr(min(int(code[1:], 16), 0x10FFFF))
+            # With no hex digit after it, bash leaves the escape as it is.
+            return chr(min(int(code[1:], 16), 0x10FFFF)) if len(code) > 1 else "\\" + code
         if code[0] in "01234567":
             return chr(int(code, 8) & 0xFF)
         return code if code[0] != "c" else ""

@@ -675,3 +675,9 @@ def test_a_dollar_that_joins_nothing_does_not_ask(command: str) -> None:
 def test_deeply_nested_expansions_ask_and_never_raise(unit: str) -> None:
     need = approval_needed(unit * 2000, ATTACKED)
     assert need is not None and need.rule == "unreadable", need
+
+
+@pytest.mark.parametrize("command", ["echo $'\\x'", "printf '\\x'", "echo $'\\u' $'\\U'", "x=$'a\\x'; echo $x"])
+def test_an_escape_without_its_digits_is_read_as_bash_reads_it(command: str) -> None:
+    # bash leaves `\x` with no hex digit as it is: reading it must neither fail nor ask.
+    assert approval_needed(command, TRUSTED) is None, command
