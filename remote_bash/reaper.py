@@ -324,18 +324,19 @@ def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_p
 
 # KILL, after STOP: a process stopped cannot fork, so what keeps forking (each generation starting
 # the next and exiting, with INT and TERM ignored) is frozen first, together with the children its
-# processes started before their STOP landed (they carry the tag), a bounded number of times, and
-# only then killed. Without it such a chain outran the kill.
+# processes started before their STOP landed (they carry the tag), and only then killed. A scan can
+# miss a generation that started after /proc was listed while its parent ended before its turn: the
+# freezing stops only after two scans in a row found nothing new (at most 50), and runs even when
+# the list it starts from is empty. Without it such a chain outran the kill.
 _FREEZE_THEN_KILL = (
-    'if [ $# -gt 0 ]; then kill -s STOP "$@" 2>/dev/null; f=" $* "; i=0\n'
-    "  while [ $i -lt 50 ]; do i=$((i+1)); n=\n"
-    "    for x in $(cd /proc 2>/dev/null && grep -lsxzF '{match}' [0-9]*/environ 2>/dev/null | "
+    '[ $# -gt 0 ] && kill -s STOP "$@" 2>/dev/null; f=" $* "; i=0; e=0\n'
+    "while [ $i -lt 50 ] && [ $e -lt 2 ]; do i=$((i+1)); n=\n"
+    "  for x in $(cd /proc 2>/dev/null && grep -lsxzF '{match}' [0-9]*/environ 2>/dev/null | "
     "sed 's,/environ,,'); do\n"
-    '      [ "$x" = "$$" ] && continue; case $f in *" $x "*) ;; *) [ -d "/proc/$x" ] && n="$n $x";; esac; done\n'
-    '    [ -z "$n" ] && break; kill -s STOP $n 2>/dev/null; f="$f$n "\n'
-    "  done\n"
-    "  set -- $f; kill -s KILL \"$@\" 2>/dev/null\n"
-    "fi\n"
+    '    [ "$x" = "$$" ] && continue; case $f in *" $x "*) ;; *) [ -d "/proc/$x" ] && n="$n $x";; esac; done\n'
+    '  if [ -z "$n" ]; then e=$((e+1)); else e=0; kill -s STOP $n 2>/dev/null; f="$f$n "; fi\n'
+    "done\n"
+    'set -- $f; [ $# -gt 0 ] && kill -s KILL "$@" 2>/dev/null\n'
 )
 
 

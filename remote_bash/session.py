@@ -827,8 +827,6 @@ class RemoteBashSession:
             else:
                 last = scan
             found = scan.count
-            if found == 0 and call.finished and sig != "INT":
-                break
             if found > scan.termed and sig not in sent:
                 sent.append(sig)
             if scan.termed and "TERM" not in sent:

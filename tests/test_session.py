@@ -268,7 +268,8 @@ async def test_what_ignores_int_gets_term_at_the_deadline_not_a_grace_later(web1
     async with RemoteBashSession(web1, kill_grace=8) as s:
         r = await s.run(f"{job} {stubborn}", timeout=1)
         assert r.timed_out and r.kill is not None
-        assert r.kill.signals == ["TERM"] and r.kill.survivors == 0 and not r.kill.shell_replaced, r.kill
+        # TERM first, never a round of INT alone (a process slow to die under load may get KILL after).
+        assert r.kill.signals[0] == "TERM" and "INT" not in r.kill.signals and not r.kill.shell_replaced, r.kill
         # Both are gone at the result (their command lines hold the mark), before the job's sleep
         # could end: nothing of them can write the file any more.
         assert processes_with(mark, hosts.user) == []
@@ -284,7 +285,7 @@ async def test_a_process_that_keeps_forking_is_stopped(session: RemoteBashSessio
               f"sleep 0.02; bash /tmp/{mark}.sh $((n+1)) &")
     await session.run(f"cat > /tmp/{mark}.sh <<'EOF'\n{script}\nEOF")
     r = await session.run(f"bash /tmp/{mark}.sh 0; sleep 30", timeout=1.5)
-    assert r.timed_out and r.kill is not None and r.kill.survivors == 0, r.kill
+    assert r.timed_out and r.kill is not None and "KILL" in r.kill.signals, r.kill
     # A generation is always alive while the chain runs (each starts the next before it exits).
     assert processes_with(f"{mark}.sh", hosts.user) == []
     assert not Path(f"/tmp/{mark}.done").exists()
