@@ -6,6 +6,7 @@ background processes); every background process a test starts is stopped at its 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -584,8 +585,15 @@ def test_sessions_stop_during_a_call_ends_it_saying_so(env: dict[str, str], host
 
 
 def _waiting_on_a_socket(pid: int) -> bool:
-    fds = Path(f"/proc/{pid}/fd")
-    return any(os.readlink(fd).startswith("socket:") for fd in fds.iterdir())
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):  # a descriptor closed since the listing
+            if os.readlink(fd).startswith("socket:"):
+                return True
+    return False
 
 
 def test_a_process_that_stops_answering_is_said_listed_and_stopped(env: dict[str, str]) -> None:

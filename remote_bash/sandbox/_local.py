@@ -237,12 +237,17 @@ def _remove_group(name: str) -> None:
 def _processes_of(uid: int) -> list[tuple[int, str]]:
     """(pid, state) of every live process whose real, effective or saved UID is ``uid``."""
     found = []
-    for status in Path("/proc").glob("[0-9]*/status"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+    # Listed by name, each read on its own: a process that ends meanwhile is skipped (a glob's
+    # stat of it raised ESRCH).
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError, KeyError):
+            text = Path(f"/proc/{name}/status").read_text()
+            fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
             state = fields["State"].split()[0]
             if state not in ("Z", "X") and uid in [int(u) for u in fields["Uid"].split()[:3]]:
-                found.append((int(status.parent.name), state))
+                found.append((int(name), state))
     return found
 
 
