@@ -326,11 +326,12 @@ def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_p
 # the next and exiting, with INT and TERM ignored) is frozen first, together with the children its
 # processes started before their STOP landed (they carry the tag), and only then killed. A scan can
 # miss a generation that started after /proc was listed while its parent ended before its turn: the
-# freezing stops only after two scans in a row found nothing new (at most 50), and runs even when
-# the list it starts from is empty. Without it such a chain outran the kill.
+# freezing stops only after three scans in a row found nothing new (at most 50), and runs even when
+# the list it starts from is empty. Without it such a chain outran the kill; on a loaded host it
+# still can, rarely, and the session's check after the round sends KILL again (a bounded few times).
 _FREEZE_THEN_KILL = (
     '[ $# -gt 0 ] && kill -s STOP "$@" 2>/dev/null; f=" $* "; i=0; e=0\n'
-    "while [ $i -lt 50 ] && [ $e -lt 2 ]; do i=$((i+1)); n=\n"
+    "while [ $i -lt 50 ] && [ $e -lt 3 ]; do i=$((i+1)); n=\n"
     "  for x in $(cd /proc 2>/dev/null && grep -lsxzF '{match}' [0-9]*/environ 2>/dev/null | "
     "sed 's,/environ,,'); do\n"
     '    [ "$x" = "$$" ] && continue; case $f in *" $x "*) ;; *) [ -d "/proc/$x" ] && n="$n $x";; esac; done\n'

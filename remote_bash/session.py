@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 __all__ = ["AuditSink", "RemoteBashSession", "RemoteInfo", "SessionState", "default_audit"]
 
 KILL_GRACE = 1.0
+# More KILL rounds after the last, while the check after each still finds processes of the call.
+_KILL_REPEATS = 3
 """Seconds to wait after each signal before escalating to the next."""
 
 
@@ -849,6 +851,16 @@ class RemoteBashSession:
             replaced = True
         if not shell.closed.is_set() or replaced:
             last, _ = await self._signal(conn, tag, "0", since=since)
+            survivors = last.count
+        # A scan can miss what a loaded host let run on between its scans (a chain that re-forks
+        # faster than the freeze reads /proc): while the check still finds some, KILL again, bounded.
+        for _ in range(_KILL_REPEATS):
+            if not survivors:
+                break
+            scan, _replied = await self._signal(conn, tag, "KILL", since=since)
+            if scan.count and "KILL" not in sent:
+                sent.append("KILL")
+            last, _replied = await self._signal(conn, tag, "0", since=since)
             survivors = last.count
         report = KillReport(signals=sent, survivors=survivors, shell_replaced=replaced, cgroup=last.cgroup,
                             unchecked=_unchecked(last, since, "the command"))
