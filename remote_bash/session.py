@@ -24,7 +24,7 @@ import math
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -523,12 +523,7 @@ class RemoteBashSession:
                     shell.write(framing.exit_frame(reaper.kill_script(
                         tag, "KILL", exclude_self=True, below=info.shell_pid, since=since,
                         skip_when_clean=True), self._names, restart=self._driver_left))
-                waiters = [asyncio.ensure_future(reported.wait()), asyncio.ensure_future(shell.closed.wait())]
-                try:
-                    await asyncio.wait(waiters, timeout=10, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    for waiter in waiters:
-                        waiter.cancel()
+                await _first_of(reported, shell.closed, timeout=10)
                 out = bytes(got)
             if b"RBKILL " not in out:
                 with contextlib.suppress(RemoteBashError):
@@ -772,9 +767,8 @@ class RemoteBashSession:
         text, truncated = self._render(call.capture)  # what the interrupted command printed is recorded too
         await self._audit_write("exec.end", command=command, tool_use_id=tool_use_id, call_id=call.token.call_id,
                                 interrupted=True, kill=kill.model_dump() if kill else None,
-                                duration=round(time.monotonic() - started, 6), output_bytes=call.capture.total,
-                                output_sha256=await _sha256(call.capture), output_head=text[:500],
-                                output_tail=text[-500:] if len(text) > 500 else None, truncated=truncated,
+                                duration=round(time.monotonic() - started, 6),
+                                **_output_fields(call.capture, text, truncated, await _sha256(call.capture)),
                                 strict=False)
 
     async def _stopped(self) -> None:
@@ -890,12 +884,9 @@ class RemoteBashSession:
             # call's, not the next one's, so the call takes them until the channel has closed.
             if not shell.closed.is_set() and not conn.is_closed:
                 self._call = call
-                waiters = [asyncio.ensure_future(shell.closed.wait()), asyncio.ensure_future(conn.lost.wait())]
                 try:
-                    await asyncio.wait(waiters, timeout=2, return_when=asyncio.FIRST_COMPLETED)
+                    await _first_of(shell.closed, conn.lost, timeout=2)
                 finally:
-                    for waiter in waiters:
-                        waiter.cancel()
                     self._call = None
             held = call.scanner.pending()
             if call.noise is not None:
@@ -948,9 +939,8 @@ class RemoteBashSession:
                 "exec.end", command=command, tool_use_id=tool_use_id, call_id=call.token.call_id,
                 exit_code=exit_code, duration=round(duration, 6), timed_out=timed_out, shell_lost=shell_lost,
                 exit_signal=shell.exit_signal if shell_lost else None,
-                kill=kill.model_dump() if kill else None, output_bytes=call.capture.total,
-                output_sha256=sha256, output_head=text[:500], output_tail=text[-500:] if
-                len(text) > 500 else None, truncated=truncated, strict=False,
+                kill=kill.model_dump() if kill else None, **_output_fields(call.capture, text, truncated, sha256),
+                strict=False,
             )
         return CommandResult._from_session(
             command=self._redact(command),  # shown and stored (--json, fleet files): masked like the output
@@ -1031,6 +1021,26 @@ class RemoteBashSession:
                                  host=self.host.name) from exc
             return _after_the_fact(f"cannot write the audit log ({exc})", event, self.host.name)
         return None
+
+
+class _Settable(Protocol):
+    def wait(self) -> Coroutine[Any, Any, object]: ...
+
+
+async def _first_of(*events: _Settable, timeout: float) -> None:
+    """Wait until one of ``events`` is set, or ``timeout`` seconds; whichever comes first."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
+def _output_fields(capture: framing.OutputCapture, text: str, truncated: bool, sha256: str) -> dict[str, object]:
+    """What an ``exec.end`` record says of the output: its size, digest, head and tail as shown."""
+    return {"output_bytes": capture.total, "output_sha256": sha256, "output_head": text[:500],
+            "output_tail": text[-500:] if len(text) > 500 else None, "truncated": truncated}
 
 
 async def _sha256(capture: framing.OutputCapture) -> str:
