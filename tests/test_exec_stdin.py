@@ -235,6 +235,23 @@ def test_kept_sessions_refuse_stdin_clearly(env: dict[str, str]) -> None:
     assert b"does not pass stdin" in out.stderr and b"--no-keep" in out.stderr
 
 
+def test_fleet_exec_refuses_piped_input_runs_nothing_and_leaves_it_unread(env: dict[str, str]) -> None:
+    """Run with /dev/null instead, `fleet exec web -- bash < fix.sh` would do nothing on every host
+    and say it succeeded. Refused, nothing runs; the input is still there for the next reader."""
+    mark = f"/tmp/rb-fleet-stdin-{os.getpid()}-{id(env)}"
+    line = f"{shlex.join([*CLI, 'fleet', 'exec', 'stdin-a', '--', f'touch {mark}; cat'])}; cat"
+    out = subprocess.run(["sh", "-c", line], env=env, input=b"left for the next reader", capture_output=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr  # the status of the last cat: the CLI's is below
+    assert b"fleet exec does not send stdin" in out.stderr and b"-n" in out.stderr, out.stderr
+    assert out.stdout == b"left for the next reader"
+    assert not Path(mark).exists()
+    refused = run(env, "fleet", "exec", "stdin-a", "--", "true", stdin=b"data")
+    assert refused.returncode == 2 and refused.stderr.count(b"\n") == 1, refused.stderr
+    ran = run(env, "fleet", "exec", "-n", "stdin-a", "--", "cat; echo ran", stdin=b"not sent")
+    assert ran.returncode == 0 and b"ran" in ran.stdout and b"not sent" not in ran.stdout, ran
+
+
 def test_200_mb_stream_keeps_the_client_small(env: dict[str, str], clean: None) -> None:
     """Peak RSS of the client with 200 MB of input, against the same call with 1 KB."""
     probe = ("import resource, subprocess, sys\n"

@@ -192,7 +192,7 @@ def test_audit_show_escapes_a_command_that_holds_an_osc_52(env: dict[str, str]) 
 
 
 def test_fleet_exec_recap_escapes_hostile_output(env: dict[str, str]) -> None:
-    status, screen, err = on_terminal(env, "fleet", "exec", "all", "--", HOSTILE + "; printf 'x\\rline2\\n'")
+    status, screen, err = on_terminal(env, "fleet", "exec", "-n", "all", "--", HOSTILE + "; printf 'x\\rline2\\n'")
     assert status == 0, err
     assert_inert(screen)
     assert_inert(err)

@@ -74,6 +74,14 @@ def _cmd_fleet(ctx: _Context) -> int:
     from remote_bash import fleet
 
     command = _command_text(ctx.args, f"{PROG} fleet exec web -- uptime")
+    from ._input import has_input
+
+    if not ctx.args.no_stdin and has_input():
+        # Run with /dev/null as input, `fleet exec web -- bash < fix.sh` would do nothing on every
+        # host and report success; the input is left unread for whatever reads it next.
+        raise _UsageError("fleet exec does not send stdin to the hosts (one input cannot go to each of them): "
+                          "give -n (or </dev/null) to run the command without it, or use 'exec HOST' to send "
+                          "it to one host")
     _check_output_dir(ctx.args.output_dir)
     progress = _Progress()
 

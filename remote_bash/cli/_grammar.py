@@ -403,6 +403,9 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                     (EXIT_FAILED, "it failed, or was refused by the command policy, on some host"), *fleet_codes)
     q.add_argument("pattern", metavar="PATTERN", help="host pattern")
     _fleet_options(q)
+    q.add_argument("-n", "--no-stdin", action="store_true",
+                   help="run the command without input when stdin is a pipe or a file (such a stdin is refused "
+                        "otherwise: one input cannot go to every host)")
     q = actions.add("run", "Let Claude do a task on every selected host: a conversation per host, or one for all.",
                     f'{PROG} fleet run [options] PATTERN "TASK"',
                     f'{PROG} fleet run web --serial 2 "upgrade nginx and check it still answers"',
