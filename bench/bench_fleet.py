@@ -104,7 +104,7 @@ def wall(cmd: list[str], env: dict[str, str] | None = None,
          check: Callable[[str], bool] | None = None) -> float:
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, env=env,
-                          check=False)
+                          stdin=subprocess.DEVNULL, check=False)
     elapsed = time.perf_counter() - start
     if proc.returncode != 0 or (check is not None and not check(proc.stdout)):
         raise RuntimeError(f"{cmd[0]} failed ({proc.returncode}): {(proc.stderr or proc.stdout)[-800:]}")
