@@ -389,7 +389,12 @@ class AuditLog:
         if self.fsync:
             os.fsync(fd)
         line_hash = sha256(data)
-        _write_head(_head_path(path), host, head_bytes(name, seq + 1, line_hash, key), self.fsync)
+        try:
+            _write_head(_head_path(path), host, head_bytes(name, seq + 1, line_hash, key), self.fsync)
+        except _HeadUnchanged as exc:
+            # Not written whole, so not written: the record goes too, and the log and its head agree
+            # as before (an exec.start left behind would read as a call whose end was removed).
+            raise AuditError(exc.message + _cut_back(fd, stat.st_size), host=host) from exc
         self._last[host] = (stat.st_dev, stat.st_ino, stat.st_size + len(data) + 1, seq + 1, line_hash,
                             key is not None)
         return fd, record, line_hash
@@ -672,15 +677,26 @@ def _read_head(path: Path, name: str, key: bytes | None) -> Anchor | None:
         return None
 
 
+class _HeadUnchanged(AuditError):
+    """The head could not be written, and was left as it was."""
+
+
 def _write_head(path: Path, host: str, data: bytes, fsync: bool) -> None:
-    """Rewrite the head in place (one write; a record is on disk before its head)."""
+    """Rewrite the head in place (one write; a record is on disk before its head). Raises
+    :class:`_HeadUnchanged` when it failed before changing the file."""
     try:
         fd = open_private(path, os.O_WRONLY | os.O_CREAT, what="the audit log")
     except UnsafePath as exc:
-        raise AuditError(f"{exc.message}; the command was not run because it could not be audited", host=host) from exc
+        raise _HeadUnchanged(f"{exc.message}; the command was not run because it could not be audited",
+                             host=host) from exc
+    except OSError as exc:
+        raise _HeadUnchanged(_audit_error(host, path, exc).message, host=host) from exc
     try:
         line = data + b"\n"
-        os.pwrite(fd, line, 0)
+        try:
+            os.pwrite(fd, line, 0)
+        except OSError as exc:
+            raise _HeadUnchanged(_audit_error(host, path, exc).message, host=host) from exc
         os.ftruncate(fd, len(line))
         if fsync:
             os.fsync(fd)

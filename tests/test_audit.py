@@ -503,3 +503,25 @@ def test_file_size_limit_mid_write_leaves_no_half_line(tmp_path: Path) -> None:
     # Once there is room again, the chain simply continues.
     assert log.write("web-1", "session.end", session_id="s1")["seq"] == 4
     assert log.verify("web-1").ok
+
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_a_head_that_cannot_be_written_takes_its_record_back_and_is_named(tmp_path: Path, fresh: bool) -> None:
+    """The record and its head are one write: when the head cannot be written, the record goes too
+    (an exec.start left alone reads as a call whose end was removed), and the error names the head."""
+    log = AuditLog(tmp_path)
+    log.write("web-1", "exec.start", command="first")
+    before = (tmp_path / "web-1.jsonl").read_bytes()
+    head = tmp_path / "web-1.jsonl.head"
+    head.unlink()
+    head.mkdir()  # what an immutable or otherwise unwritable head does to a write
+    writer = AuditLog(tmp_path) if fresh else log
+    with pytest.raises(AuditError) as err:
+        writer.write("web-1", "exec.start", command="second")
+    assert str(head) in str(err.value) and "was not run" in str(err.value), err.value
+    assert (tmp_path / "web-1.jsonl").read_bytes() == before
+    head.rmdir()
+    log.write("web-1", "exec.start", command="third")
+    assert [r["command"] for r in map(json.loads, (tmp_path / "web-1.jsonl").read_text().splitlines())] == [
+        "first", "third"]
+    assert log.verify("web-1").ok, log.verify("web-1")

@@ -513,6 +513,23 @@ def test_fleet_exec_recap_json_and_output_dir(env: dict[str, str], tmp_path: Pat
     assert "host.denied" in [r["event"] for r in audit_records(env, "cli-a")]
 
 
+def test_fleet_exec_a_shell_ended_with_status_0_is_ok_and_the_header_is_escaped(env: dict[str, str],
+                                                                                  tmp_path: Path) -> None:
+    outdir = tmp_path / "out"
+    out = cli(env, "fleet", "exec", "cli-a", "--output-dir", str(outdir), "--", "echo done; exit 0")
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    assert "# status: ok\n# exit: 0\n" in (outdir / "cli-a.txt").read_text()
+    failed = cli(env, "fleet", "exec", "cli-a", "--json", "--", "exit 3")
+    assert failed.returncode == 1 and json.loads(failed.stdout)["results"][0]["status"] == "failed"
+    # A command whose text would repaint its own header line on a terminal (`cat` of the file).
+    spoof = cli(env, "fleet", "exec", "cli-a", "--output-dir", str(outdir), "--",
+                "echo safe; #\r\x1b[2Kecho harmless \u202e")
+    assert spoof.returncode == 0, spoof.stderr
+    text = (outdir / "cli-a.txt").read_text()
+    assert "# command: echo safe; #\\x0d\\x1b[2Kecho harmless \\u202e\n" in text, text
+    assert "\r" not in text and "\x1b" not in text
+
+
 def test_every_command_handler_named_in_the_parser_exists() -> None:
     """The parser names its handlers as strings (so --help imports nothing heavy); check them all."""
     import re

@@ -61,7 +61,8 @@ def _from_command(host: Host, res: CommandResult, started: float, attempts: int)
     if res.timed_out:
         status: Status = "timed_out"
         error: str | None = f"did not finish within {res.timeout:g} s and was killed"
-    elif res.shell_lost:
+    elif res.shell_lost and res.exit_code != 0:
+        # A shell that exited with status 0 (`...; exit 0`, `exec true`) ran the command to its end: ok.
         status, error = "failed", "the shell exited (exit, exec, a fatal signal or set -e)"
     else:
         status, error = ("ok" if res.exit_code == 0 else "failed"), None

@@ -86,15 +86,17 @@ def _output_path(root: Path, host: str, written: Sequence[Path]) -> Path:
 
 
 def write_output_dir(result: FleetResult, directory: str | Path) -> list[Path]:
-    """Write ``<host>.txt`` per host: a few ``# key: value`` header lines, a blank line, the output."""
+    """Write ``<host>.txt`` per host: a few ``# key: value`` header lines, a blank line, the output.
+    The header's command and error are shown as the CLI paints text (controls escaped): a file is
+    read on a terminal later. The output is as Claude reads it (escape sequences removed)."""
     root = private_dir(directory, what="--output-dir")
     written: list[Path] = []
     for r in result.results:
         path = _output_path(root, r.host, written)
         header = {"host": r.host, "status": r.status, "exit": "-" if r.exit_code is None else r.exit_code,
-                  "duration": f"{r.duration:.3f}", "command": result.command.replace("\n", "\\n")}
+                  "duration": f"{r.duration:.3f}", "command": escape(result.command.replace("\n", "\\n"))}
         if r.error:
-            header["error"] = r.error.replace("\n", " ")
+            header["error"] = escape(r.error.replace("\n", " "))
         text = "".join(f"# {k}: {v}\n" for k, v in header.items()) + "\n" + r.output
         write_private(path, text.encode(), what="--output-dir")
         written.append(path)
