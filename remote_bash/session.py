@@ -47,7 +47,7 @@ from .models import CommandResult, Host, KillReport
 if TYPE_CHECKING:
     from .policy import PolicyDecision
 
-__all__ = ["AuditSink", "RemoteBashSession", "RemoteInfo", "SessionState", "default_audit"]
+__all__ = ["AuditSink", "RemoteBashSession", "RemoteInfo", "SessionState", "default_audit", "off_by_name"]
 
 KILL_GRACE = 1.0
 # More KILL rounds after the last, while the check after each still finds processes of the call.
@@ -244,6 +244,8 @@ class RemoteBashSession:
         host's log in the default audit directory (``audit=False``: no log); ``gate`` defaults to
         the gate of the inventory ``host`` was loaded from, when it was (``gate=False``: none).
         ``jump_hosts`` defaults to the gate's route, else to none."""
+        off_by_name(audit, "audit", "an AuditSink", lambda v: hasattr(v, "awrite"))
+        off_by_name(gate, "gate", "a HostCheck", callable)
         self.host = host
         self.session_id = uuid.uuid4().hex[:12]
         self.operator = operator or _operator()
@@ -258,8 +260,9 @@ class RemoteBashSession:
         self._redact_tail: Callable[[str], str] | None = getattr(redactor, "redact_tail", None)
         if audit is None:
             audit = default_audit(redactor, {host.name: host.audit_key_file})
-        self._audit: AuditSink | None = audit or None
-        self._gate: HostCheck | None = (Gate.of(host, self._audit) if gate is None else gate or None)
+        self._audit: AuditSink | None = None if audit is False else audit
+        self._gate: HostCheck | None = (Gate.of(host, self._audit) if gate is None else
+                                        None if gate is False else gate)
         if jump_hosts is None:
             jump_hosts = self._gate.route(host)[:-1] if isinstance(self._gate, Gate) else ()
         self.jump_hosts = list(jump_hosts)
@@ -1165,9 +1168,20 @@ def _host_redactor(patterns: tuple[str, ...]) -> SupportsRedact:
     return Redactor(patterns)
 
 
-def _default_credentials(host: Host) -> Credentials:
-    keys = [host.identity_file] if host.identity_file else []
-    return Credentials(use_agent=host.credential in ("auto", "agent"), key_files=keys)
+def off_by_name(value: object, name: str, what: str, fits: Callable[[object], bool]) -> None:
+    """A safety switch is None (the safe default), False (off, by name) or the thing itself: any
+    other value (``0``, ``""``, ``[]``) is a mistake, not a way to turn it off."""
+    if value is None or value is False or fits(value):
+        return
+    raise TypeError(f"{name}= takes {what}, None (the default) or False (none, by name), not {value!r}")
+
+
+async def _default_credentials(host: Host) -> Credentials:
+    # What the command line offers too: the agent, the identity file, and the keyring's secret
+    # (a passphrase or password) when the host's credential asks for one.
+    from remote_bash.credentials import acredentials_for
+
+    return await acredentials_for(host)
 
 
 def _ulimits(host: Host) -> list[tuple[str, int]]:

@@ -302,3 +302,33 @@ def test_a_backend_not_known_to_encrypt_needs_the_flag(use_backend: Any) -> None
     assert backend.stored == {}
     stored = set_secret("web", SECRET, store_readable=True)
     assert (stored.encrypted, backend.stored) == (False, {("remote-bash", "web"): SECRET})
+
+
+@pytest.fixture
+def encrypted_key(hosts: TestHosts, tmp_path: Path) -> Path:
+    """The authorized key, encrypted under SECRET."""
+    key = tmp_path / "encrypted_ed25519"
+    shutil.copy(hosts.client_key, key)
+    key.chmod(0o600)
+    subprocess.run(["ssh-keygen", "-q", "-p", "-f", str(key), "-P", "", "-N", SECRET], check=True,
+                   capture_output=True, timeout=30)
+    return key
+
+
+async def test_a_session_made_from_python_asks_the_keyring_as_the_command_line_does(
+        use_backend: Any, home: Path, target: Host, encrypted_key: Path) -> None:
+    """No ``credentials=``: the key's passphrase still comes from the keyring (it did only on the
+    command line, and an encrypted key failed from Python)."""
+    key = encrypted_key
+    backend = use_backend(_MemoryKeyring())
+    host = target.model_copy(update={"credential": "key", "identity_file": key})
+    backend.set_password("remote-bash", host.name, SECRET)
+    async with RemoteBashSession(host) as session:
+        assert (await session.run("echo reached")).output == "reached\n"
+
+
+@pytest.mark.parametrize("switch", ["audit", "gate"])
+@pytest.mark.parametrize("value", [0, "", [], "off"])
+def test_a_safety_switch_is_off_only_by_false(target: Host, switch: str, value: object) -> None:
+    with pytest.raises(TypeError, match=f"{switch}= takes .* or False"):
+        RemoteBashSession(target, **{switch: value})  # type: ignore[arg-type]

@@ -28,7 +28,15 @@ from remote_bash.errors import AccessDenied, ConnectError, ConnectionLost, Polic
 from remote_bash.inventory import Inventory
 from remote_bash.models import CommandResult, Host
 from remote_bash.redact import Redactor
-from remote_bash.session import KILL_GRACE, AuditSink, CredentialSource, HostCheck, RemoteBashSession, default_audit
+from remote_bash.session import (
+    KILL_GRACE,
+    AuditSink,
+    CredentialSource,
+    HostCheck,
+    RemoteBashSession,
+    default_audit,
+    off_by_name,
+)
 
 from .results import FleetProgress, FleetResult, HostResult, HostRun, Status, _first_line
 
@@ -86,6 +94,8 @@ class SessionFactory:
     def __init__(self, inventory: Inventory, *, audit: AuditSink | Literal[False] | None = None,
                  gate: HostCheck | Literal[False] | None = None, credentials: CredentialSource | None = None,
                  operator: str | None = None, redact: bool = True, kill_grace: float = KILL_GRACE) -> None:
+        off_by_name(audit, "audit", "an AuditSink", lambda v: hasattr(v, "awrite"))
+        off_by_name(gate, "gate", "a HostCheck", callable)
         self.inventory = inventory
         self._patterns = sorted({p for h in inventory.hosts.values() for p in h.redact})
         if audit is None:
@@ -93,7 +103,7 @@ class SessionFactory:
                                   {h.name: h.audit_key_file for h in inventory.hosts.values()})
         self.audit = audit
         self.gate: HostCheck | Literal[False] = (
-            Gate(inventory, audit=self.audit or None) if gate is None else gate)
+            Gate(inventory, audit=None if self.audit is False else self.audit) if gate is None else gate)
         self.credentials = credentials
         self.operator = operator
         self.redact = redact
