@@ -16,6 +16,7 @@ groups: that is the inventory's job.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -163,6 +164,9 @@ def explain(error: ErrorDetails, model: type[BaseModel], where: Where) -> str:
         return "this field is required"
     if kind == "value_error":
         return str(error.get("ctx", {}).get("error", error["msg"]))
+    given = error.get("input")
+    if kind == "finite_number" or (isinstance(given, float) and not math.isfinite(given)):
+        return f"expected a finite number, got {show(given)}"
     try:
         schema = model.model_json_schema()
     except Exception:  # a field type with no JSON schema: fall back to pydantic's own words
@@ -235,7 +239,9 @@ def _describe(node: Mapping[str, Any], defs: Mapping[str, Any]) -> str:
 
 def _number(kind: str, node: Mapping[str, Any]) -> str:
     noun = "an integer" if kind == "integer" else "a number"
-    low, high, above = node.get("minimum"), node.get("maximum"), node.get("exclusiveMinimum")
+    # A constrained type inside Annotated (models.Int) gives pydantic's own names: ge, le, gt.
+    low, high = node.get("minimum", node.get("ge")), node.get("maximum", node.get("le"))
+    above = node.get("exclusiveMinimum", node.get("gt"))
     if low is not None and high is not None:
         return f"{noun} from {low} to {high}"
     if kind == "integer" and low == 1:

@@ -41,8 +41,20 @@ def _env_names(value: dict[str, str]) -> dict[str, str]:
 EnvVars = Annotated[dict[str, str], AfterValidator(_env_names)]
 
 
+def _not_a_bool(value: object) -> object:
+    # YAML's `true` would otherwise be read as 1 (port 1, a one-second deadline).
+    if isinstance(value, bool):
+        raise ValueError(f"a number is needed here, not {str(value).lower()}")
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_not_a_bool)]
+Number = Annotated[float, BeforeValidator(_not_a_bool)]
+
+
 class _Config(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No infinite or NaN number: a deadline of .inf would be none.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ResourceLimits(_Config):
@@ -51,17 +63,17 @@ class ResourceLimits(_Config):
     Every command the shell runs inherits them.
     """
 
-    cpu_seconds: int | None = Field(default=None, ge=1)
+    cpu_seconds: Int | None = Field(default=None, ge=1)
     """CPU time per process, in seconds (``ulimit -t``)."""
-    virtual_memory_kb: int | None = Field(default=None, ge=1024)
+    virtual_memory_kb: Int | None = Field(default=None, ge=1024)
     """Virtual memory per process, in KiB (``ulimit -v``)."""
-    file_size_kb: int | None = Field(default=None, ge=1)
+    file_size_kb: Int | None = Field(default=None, ge=1)
     """Largest file a process may write, in KiB (``ulimit -f``)."""
-    processes: int | None = Field(default=None, ge=1)
+    processes: Int | None = Field(default=None, ge=1)
     """Processes the remote user may have (``ulimit -u``)."""
-    open_files: int | None = Field(default=None, ge=16)
+    open_files: Int | None = Field(default=None, ge=16)
     """Open file descriptors per process (``ulimit -n``)."""
-    nice: int | None = Field(default=None, ge=0, le=19)
+    nice: Int | None = Field(default=None, ge=0, le=19)
     """Scheduling niceness of the shell (``renice``); 0 to 19, higher is kinder."""
 
 
@@ -186,7 +198,7 @@ class Host(_Config):
     """The inventory name; what the audit log, the CLI and errors call the host."""
     hostname: str = Field(min_length=1)
     """The address or DNS name to connect to."""
-    port: int = Field(default=22, ge=1, le=65535)
+    port: Int = Field(default=22, ge=1, le=65535)
     """The SSH port."""
     user: str | None = None
     """The remote user; ``None`` means the local user's name."""
@@ -208,15 +220,15 @@ class Host(_Config):
     """Groups the host belongs to (filled in by the inventory)."""
     env: EnvVars = Field(default_factory=dict)
     """Extra environment exported in the remote shell when it starts."""
-    command_timeout: float = Field(default=DEFAULT_TIMEOUT, gt=0)
+    command_timeout: Number = Field(default=DEFAULT_TIMEOUT, gt=0)
     """Default deadline of one command, in seconds."""
-    max_timeout: float = Field(default=DEFAULT_MAX_TIMEOUT, gt=0)
+    max_timeout: Number = Field(default=DEFAULT_MAX_TIMEOUT, gt=0)
     """Largest deadline a caller may ask for; longer requests are clamped to it."""
-    connect_timeout: float = Field(default=15.0, gt=0)
+    connect_timeout: Number = Field(default=15.0, gt=0)
     """Deadline for TCP connect plus SSH handshake plus authentication, in seconds."""
-    keepalive_interval: float = Field(default=15.0, ge=0)
+    keepalive_interval: Number = Field(default=15.0, ge=0)
     """Seconds between SSH keepalives; 0 turns them off. Three unanswered ones drop the connection."""
-    output_limit: int = Field(default=DEFAULT_OUTPUT_LIMIT, ge=200)
+    output_limit: Int = Field(default=DEFAULT_OUTPUT_LIMIT, ge=200)
     """Characters of output kept per command (the start and the end; the middle is cut)."""
     limits: ResourceLimits = Field(default_factory=ResourceLimits)
     """Resource limits applied to the remote shell."""
@@ -229,7 +241,7 @@ class Host(_Config):
     and ProxyJump from."""
     redact: list[str] = Field(default_factory=list)
     """Extra regular expressions whose matches are masked in output and audit records."""
-    forks: int | None = Field(default=None, ge=1)
+    forks: Int | None = Field(default=None, ge=1)
     """Largest number of hosts of this host's groups worked on at once by the fleet commands."""
     approve: ApproveSetting = None
     """Which commands Claude asks for need a person's yes before they are sent: ``never``, ``all``

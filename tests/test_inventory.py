@@ -801,3 +801,19 @@ def test_every_path_field_is_relative_to_the_inventory(tmp_path: Path) -> None:
     body = ", ".join(f"{name}: keys/{name}" for name in fields)
     host = load_inventory(write(tmp_path, f"hosts:\n  h: {{{body}}}\n")).hosts["h"]
     assert {name: getattr(host, name) for name in fields} == {name: tmp_path / "keys" / name for name in fields}
+
+
+@pytest.mark.parametrize(("setting", "value", "said"), [
+    ("command_timeout", ".inf", "expected a finite number, got inf"),
+    ("max_timeout", ".nan", "expected a finite number, got nan"),
+    ("port", "true", "a number is needed here, not true"),
+    ("connect_timeout", "true", "a number is needed here, not true"),
+    ("forks", "yes", "a number is needed here, not true"),
+    ("limits", None, "a number is needed here, not true"),
+])
+def test_numbers_are_finite_and_never_booleans(tmp_path: Path, setting: str, value: str | None, said: str) -> None:
+    """`.inf` would be a call with no deadline, and YAML's `true` read as 1 a port or a one-second
+    deadline: each is an error at its line."""
+    line = f"    {setting}: {value}\n" if value is not None else "    limits: {cpu_seconds: true}\n"
+    err = load_error(tmp_path, "hosts:\n  a:\n    hostname: 127.0.0.1\n" + line)
+    assert said in str(err) and ":4:" in str(err), err
