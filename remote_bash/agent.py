@@ -24,6 +24,7 @@ the fleet, which never import anthropic.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -313,16 +314,22 @@ class _Loop:
                     if event.type == "text":
                         self.emit(AgentEvent("text", text=event.text))
                 reply = await stream.get_final_message()
-        except anthropic.APIError as exc:
-            error = AgentError(_api_error_text(exc, self.config, self.transcript.path),
-                               transcript=self.transcript.path)
+        except (anthropic.APIError, ValueError) as exc:
+            # ValueError: a response the SDK could not read (a tool input that is not JSON).
+            text = (_api_error_text(exc, self.config, self.transcript.path) if isinstance(exc, anthropic.APIError)
+                    else f"the Messages API's response could not be read ({exc}); nothing of it was run. "
+                         f"Transcript: {self.transcript.path}")
+            error = AgentError(text, transcript=self.transcript.path)
             self.transcript.write("error", turn=self.turns, error=error.message,
                                   status=getattr(exc, "status_code", None))
             self.emit(AgentEvent("error", text=error.message))
             raise error from exc
         message = reply.model_dump(mode="json", exclude_none=True)
         self.transcript.write("response", turn=self.turns, message=message)
-        self.messages.append({"role": "assistant", "content": [block_param(b) for b in message["content"]]})
+        # The API takes only valid text back: a lone surrogate Claude wrote goes back as U+FFFD (the
+        # transcript keeps it as it came).
+        self.messages.append({"role": "assistant",
+                              "content": [_valid_text(block_param(b)) for b in message["content"]]})
         self.usage.add(reply.usage)
         self.emit(AgentEvent("usage", usage=self.usage.model_copy(), cost_usd=self.cost))
         return message
@@ -477,3 +484,15 @@ def _api_error_text(exc: anthropic.APIError, config: AgentConfig, transcript: Pa
     return f"the Anthropic API refused the request ({said.rstrip(': ')}); {hint}. {tail}"
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _valid_text(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings replaced by U+FFFD."""
+    if isinstance(value, str):
+        return value if value.isascii() else _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {k: _valid_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_valid_text(v) for v in value]
+    return value

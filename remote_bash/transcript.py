@@ -51,7 +51,15 @@ class Transcript:
         # Every string masked: commands Claude wrote, the task, Claude's text (a resumed run is
         # rebuilt from these, so it continues with the masks in place of the secrets).
         record = {"type": kind, "time": now(), **_masked(fields, self._redact)}
-        self._fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+        line = json.dumps(record, ensure_ascii=False, default=str)
+        if not line.isascii():
+            try:
+                line.encode("utf-8")
+            except UnicodeEncodeError:
+                # A lone surrogate (Claude's text may hold one) has no UTF-8 form: JSON's \uXXXX
+                # escapes keep it exactly, so a resumed run reads back what was sent.
+                line = json.dumps(record, ensure_ascii=True, default=str)
+        self._fh.write(line + "\n")
         self._fh.flush()
 
     def close(self) -> None:

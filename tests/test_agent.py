@@ -244,6 +244,30 @@ async def test_unknown_tool_name_is_an_error_result(
     assert outcome.stop_reason == "end_turn"
 
 
+async def test_a_lone_surrogate_from_claude_is_kept_in_the_transcript(
+    session: RemoteBashSession, server: MessagesServer, client: anthropic.AsyncAnthropic, config: AgentConfig,
+) -> None:
+    """Not valid UTF-8, so the transcript could not be written: the run crashed and lost the response."""
+    server.add(Reply([text("hello \ud800 world"), tool_use({"command": "echo hi"})]), Reply([text("done")]))
+    outcome, _ = await run("go", session, config, client)
+    assert outcome.stop_reason == "end_turn"
+    assert config.transcript is not None
+    responses = [json.loads(line) for line in config.transcript.read_text().splitlines()
+                 if json.loads(line)["type"] == "response"]
+    assert responses[0]["message"]["content"][0]["text"] == "hello \ud800 world"
+
+
+async def test_a_tool_input_the_sdk_cannot_read_is_a_clear_error(
+    session: RemoteBashSession, server: MessagesServer, client: anthropic.AsyncAnthropic, config: AgentConfig,
+    home: Path, mark: str,
+) -> None:
+    server.add(Reply([tool_use({"command": f"touch ~/{mark} \udc80"})]))
+    with pytest.raises(AgentError, match="response could not be read.*nothing of it was run") as info:
+        await run("go", session, config, client)
+    assert str(config.transcript) in str(info.value)
+    assert not (home / mark).exists()
+
+
 # -- limits and stops ------------------------------------------------------------------------
 
 
