@@ -363,8 +363,16 @@ async def serve_stdio(server: MCPServer[Any]) -> None:
 async def serve_http(server: MCPServer[Any], host: str, port: int, token: str) -> None:
     """Serve the streamable HTTP transport on ``host:port``; every request needs ``Bearer <token>``."""
     import uvicorn
+    from mcp.server.transport_security import TransportSecuritySettings
 
-    app = server.streamable_http_app()
+    # DNS rebinding protection, for the address served: the SDK's default admits only 127.0.0.1,
+    # localhost and ::1, so a server on 127.0.0.2 answered every request 421.
+    shown = f"[{host}]" if ":" in host else host
+    names = {shown, *(("127.0.0.1", "localhost", "[::1]") if host in ("127.0.0.1", "localhost", "::1") else ())}
+    security = TransportSecuritySettings(enable_dns_rebinding_protection=True,
+                                         allowed_hosts=sorted(f"{name}:*" for name in names),
+                                         allowed_origins=sorted(f"http://{name}:*" for name in names))
+    app = server.streamable_http_app(transport_security=security, host=host)
     expected = f"Bearer {token}".encode()
 
     async def guarded(scope: Any, receive: Any, send: Any) -> None:

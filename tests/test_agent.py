@@ -262,7 +262,7 @@ async def test_a_tool_input_the_sdk_cannot_read_is_a_clear_error(
     home: Path, mark: str,
 ) -> None:
     server.add(Reply([tool_use({"command": f"touch ~/{mark} \udc80"})]))
-    with pytest.raises(AgentError, match="response could not be read.*nothing of it was run") as info:
+    with pytest.raises(AgentError, match=r"response could not be read.*nothing of it was run") as info:
         await run("go", session, config, client)
     assert str(config.transcript) in str(info.value)
     assert not (home / mark).exists()

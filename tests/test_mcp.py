@@ -268,20 +268,21 @@ def _free_port() -> int:
 # The SDK's streamable HTTP client leaves its event-stream connection to the garbage collector when it
 # closes; that is the client's socket, not the server's.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-async def test_http_transport_requires_the_token(lab: dict[str, Any], tmp_path: Path) -> None:
+@pytest.mark.parametrize("address", ["127.0.0.1", "127.0.0.2"])
+async def test_http_transport_requires_the_token(lab: dict[str, Any], tmp_path: Path, address: str) -> None:
     port = _free_port()
     token = "t0ken-" + os.urandom(8).hex()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "remote_bash.cli", "--inventory", str(lab["inventory"]), "--audit-dir", str(tmp_path),
-        "mcp", "--http", f"127.0.0.1:{port}",
+        "mcp", "--http", f"{address}:{port}",
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "REMOTE_BASH_MCP_TOKEN": token},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
     )
-    url = f"http://127.0.0.1:{port}/mcp"
+    url = f"http://{address}:{port}/mcp"
     try:
         def listening() -> bool:
             with socket.socket() as probe:
-                return probe.connect_ex(("127.0.0.1", port)) == 0 or proc.returncode is not None
+                return probe.connect_ex((address, port)) == 0 or proc.returncode is not None
 
         await wait_for(listening, within=20, what="the HTTP server to listen")
         assert proc.returncode is None, "the server exited before listening"
@@ -290,6 +291,10 @@ async def test_http_transport_requires_the_token(lab: dict[str, Any], tmp_path: 
             assert denied.status_code == 401
             missing = await plain.post(url, json={})
             assert missing.status_code == 401
+            # A name that is not the address served (DNS rebinding) is still refused.
+            rebound = await plain.post(url, json={}, headers={"Authorization": f"Bearer {token}",
+                                                              "Host": f"rebound.example:{port}"})
+            assert rebound.status_code == 421
         async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http, \
                 Client(streamable_http_client(url, http_client=http),
                        client_info=types.Implementation(name="http-client", version="2")) as client:
