@@ -24,6 +24,7 @@ the fleet, which never import anthropic.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -340,6 +341,9 @@ class _Loop:
         tool = block.get("name")
         if isinstance(tool_input, dict) and isinstance(tool_input.get("path"), str):
             command = f"{command} {tool_input['path']}"  # an editor: what it does, and where
+        if not isinstance(command, str) and not (isinstance(tool_input, dict) and tool_input.get("restart") is True):
+            # Not a command and not a restart (the only event with no command): show what was sent.
+            command = "(input: " + json.dumps(tool_input, ensure_ascii=True, default=str)[:200] + ")"
         self.current_id = block["id"]
         self.emit(AgentEvent("command", tool_use_id=block["id"], tool=tool,
                              command=command if isinstance(command, str) else None))

@@ -473,6 +473,23 @@ def test_run_shows_commands_output_and_cost(env: dict[str, str]) -> None:
     assert {"toolu_cli1", "toolu_cli2"} <= set(ids)
 
 
+def test_run_shows_a_bad_input_and_an_unknown_tool_as_they_were_sent(env: dict[str, str]) -> None:
+    """A bad input is no restart, and a tool that is not the editor is not shown as an edit."""
+    script = [
+        Reply([tool_use({"command": 12345}, id="toolu_bad1"), tool_use({"command": "id"}, id="toolu_bad2",
+                                                                        name="nosuchtool"),
+               tool_use({"restart": True}, id="toolu_bad3")]),
+        Reply([text("done")]),
+    ]
+    with MessagesServer(script) as server:
+        run_env = {**env, "ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "test-key"}
+        out = cli(run_env, "run", "--host", "cli-a", "look")
+    assert out.returncode == 0, out.stderr
+    assert '$ (input: {"command": 12345})' in out.stdout, out.stdout
+    assert "nosuchtool: id" in out.stdout and "edit: id" not in out.stdout
+    assert out.stdout.count("(restart the shell)") == 1, out.stdout
+
+
 def test_run_says_where_the_lines_it_does_not_show_are(tmp_path: Path, pair: tuple[Host, Host]) -> None:
     """Lines past the first few are in the transcript only when the tool result kept them all."""
     inventory = write_inventory(tmp_path / "hosts.yaml", {"small": host_entry(pair[0], output_limit=200)})

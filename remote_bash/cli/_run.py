@@ -159,7 +159,9 @@ class _AgentView:
             self.stream = self.redactor.stream()
             self.shown = self.hidden = 0
             shown = "(restart the shell)" if event.command is None else escape(self.redactor.redact(event.command))
-            prompt = "$ " if getattr(event, "tool", None) in (None, "bash") else "edit: "
+            tool = getattr(event, "tool", None)
+            prompt = ("$ " if tool in (None, "bash") else "edit: " if tool == "str_replace_based_edit_tool"
+                      else f"{escape(str(tool))}: ")
             self._write(("" if self.at_line_start else "\n") + self._style(prompt + shown, "1;36") + "\n")
         elif kind in ("output", "result"):
             self._lines(text)
