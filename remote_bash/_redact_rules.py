@@ -60,10 +60,28 @@ _YAML_HEAD = r"(?:(?:[|>][-+0-9]{0,2}|!!?[A-Za-z]*+|&[A-Za-z0-9_-]++)[ \t\r]*){0
 header, a tag, an anchor, a comment."""
 _OPEN_END = rf"[:=\uff1a\uff1d]{_BLANK}*{_YAML_HEAD}"
 """The end of a line whose value may be on the next line: a separator, maybe a YAML block scalar's header."""
+_TAG_BLANK = r"(?:[ \t]|\\[tnr])"
+"""A blank in a start tag, or one a command spells as an escape (``printf '<password\\t>x'``)."""
+_ATTR = rf"""{_TAG_BLANK}++[A-Za-z_:][-A-Za-z0-9_.:]*+=(?:"[^"<>\n]*+"|'[^'<>\n]*+')"""
+"""One quoted attribute of a start tag, after its blanks."""
+_TAG_PREFIX = r"[-A-Za-z0-9_.:]{0,64}?"
+"""What of an element's name may stand between its ``<`` and the keyword (``db:``, ``jdbc.``): bounded,
+so a name is tried from at most so many places."""
+_TAG_KEYWORD = (
+    r"(?i:pass(?:word|wd|phrase)?s?|sshpass|pwd|secret(?:[_-]?key)?|secret_?access_?key|private[_-]?key"
+    r"|key[_-]data|token|api[_-]?key)(?:_[A-Za-z0-9_]{0,64}+)?"
+)
+_XOPEN_END = rf"<{_TAG_PREFIX}{_TAG_KEYWORD}(?:{_ATTR})*+[ \t]*>[ \t]*+(?:<!\[CDATA\[)?[ \t\r]*+"
+"""The end of a line whose element's text may start on the next line: a start tag whose name ends in
+a keyword (of any rule), maybe the start of a CDATA section, and nothing after them."""
+_NOT_OPEN = rf"(?![^\n]*(?:{_OPEN_END}|{_XOPEN_END})(?:\n|\Z))"
+"""A line that is neither a key whose value may be on the next line nor such a start tag: only such a
+line is taken as the value of the line before it, so no match reaches over more than one line after
+its key (and its blank lines)."""
 _BLANK_LINES = 2
 """How many blank lines may stand between a YAML key and its value on a later line."""
 _NEXT_LINE = (
-    rf"{_YAML_HEAD}(?:\n(?:[ \t\r]*+\n){{0,{_BLANK_LINES}}}[ \t]+(?:-[ \t]+)?(?!-----)(?![^\n]*{_OPEN_END}(?:\n|\Z))"
+    rf"{_YAML_HEAD}(?:\n(?:[ \t\r]*+\n){{0,{_BLANK_LINES}}}[ \t]+(?:-[ \t]+)?(?!-----){_NOT_OPEN}"
     rf"(?P<v4>(?:[^\s-]++|{_DASH})++(?:[ \t]+(?:[^\s-]++|{_DASH})++)*+)"
     r"""|\\n(?:[ \t]|\\t)++(?:-[ \t]+)?(?P<v7>[^\s"'\\]++))"""
 )
@@ -107,12 +125,38 @@ _NAME_END = (
 (and more of an identifier) at its end. Such a line is never itself taken as that value, so a
 name's value line is never the name of another: no match reaches over more than one newline,
 and the stream holds at most that line (and the key before it, when it may be that key's value)."""
+_CDATA_TEXT = r"(?:[^\]\s]|\](?!\]>))(?:[^\]\n]++|\](?!\]>))*+"
+"""The text of a CDATA section from its first non-blank character, to ``]]>`` or the end of the line."""
+_TAG_TEXT = r"[^<\s][^<\n]*+"
+_TAG_NEXT = rf"[ \t\r]*+\n(?:[ \t\r]*+\n){{0,{_BLANK_LINES}}}{_NOT_OPEN}[ \t]*+"
+"""The end of the start tag's line and up to two blank lines, before text on a later line."""
+_XML_TAG = (
+    rf"(?:(?:{_ATTR})*+{_TAG_BLANK}*+>[ \t]*+"
+    rf"(?:<!\[CDATA\[[ \t]*+(?:(?P<v17>{_CDATA_TEXT})|{_TAG_NEXT}(?P<v19>{_CDATA_TEXT}))"
+    rf"|(?P<v16>{_TAG_TEXT})"
+    rf"|{_TAG_NEXT}(?:<!\[CDATA\[[ \t]*+(?P<v20>{_CDATA_TEXT})|(?P<v18>{_TAG_TEXT})))"
+    rf"|[ \t\r]*+\n{_NOT_OPEN}(?![^\n]*?{_NAME_END}(?:\n|\Z))(?:{_ATTR})++[ \t]*>[ \t]*+"
+    rf"(?:<!\[CDATA\[[ \t]*+(?P<v21>{_CDATA_TEXT})|(?P<v22>{_TAG_TEXT})))"
+)
+"""After the ``<`` and the name of an element named by the key: its text, after blanks, quoted
+attributes or both (``<password >x``), in a CDATA section or not, on the start tag's line or on a
+later one (after up to two blank lines: ``<password>\\n  x``), or on the line of attributes that
+follow the name on the next, indented line (``<password\\n id="1">x``). This and a YAML value are
+the rules that reach over a newline to a value: the stream holds a line that ends in such a start tag
+(``_XOPEN_END``) or in a keyword (``_NAME_END``) until the next one is complete."""
+
+
+def _keyed(keyword: str, assign: str) -> str:
+    """A key ending in ``keyword`` and its value, or an element named by it that starts with ``<``."""
+    return rf"(?:{keyword}{assign}|<{_TAG_PREFIX}{keyword}{_XML_TAG})"
+
+
 _SIBLING = (
     r"""["'](?:[ \t]+(?i:value)[ \t]*=[ \t]*(?:"(?P<v8>[^"\n]++)"?|'(?P<v9>[^'\n]++)'?)"""
     r"""|[ \t]*>(?P<v10>[^<>\n]++)(?=</))"""
     r"""|"[ \t]*,[ \t]*"(?i:value)"[ \t]*:[ \t]*"(?P<v11>(?:[^"\\\n]++|\\[^\n]?)++)"?"""
     rf"""|["']?[ \t\r]{{0,{_NAME_BLANKS}}}\n[ \t]++(?i:value)[ \t]*:[ \t]*"""
-    rf"""(?![^\n]*{_OPEN_END}(?:\n|\Z))(?![^\n]*?{_NAME_END}(?:\n|\Z))"""
+    rf"""{_NOT_OPEN}(?![^\n]*?{_NAME_END}(?:\n|\Z))"""
     r"""["']?(?P<v12>[^\s"']++(?:[ \t]+[^\s"']++)*+)"""
 )
 """A name that holds the keyword, quoted, and the secret in the value that goes with it: an XML
@@ -124,7 +168,8 @@ value="x"/>``) or its text (``<entry key="password">x</entry>``, up to a closing
 line that ends in a keyword until the next one is complete (``_NAME_END``)."""
 _ASSIGN = rf"(?:{_SEP}{_VALUE}|{_XML}|{_SIBLING})"
 """A separator and a value, the text of an XML element named by the key, or a sibling value."""
-_ASSIGNED = ("v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12")
+_ASSIGNED = ("v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12",
+             "v16", "v17", "v18", "v19", "v20", "v21", "v22")
 _FLAG_VALUE = (
     r"""(?:"(?P<v1>(?:[^"\\\n]+|\\[^\n]?)+)"?|\$?'(?P<v2>(?:[^'\\\n]+|\\[^\n]?|'\\'')+)'?"""
     r"""|(?P<v3>(?:[^\s"'\\]+|\\[^\n])+))"""
@@ -254,7 +299,7 @@ _RULES: tuple[_Rule, ...] = (
     # JSON ("SecretAccessKey": "..." from aws sts, "private_key": "..." of a service account).
     _Rule(
         "aws-secret-access-key",
-        rf"[Ss](?<!/[Ss])(?i:ecret_?access_?key){_ASSIGN}",
+        _keyed(r"[Ss](?<!/[Ss])(?i:ecret_?access_?key)", _ASSIGN),
         _either_case("c", "(?<=(?i:sec))(?i:ret)"),
         _ASSIGNED,
     ),
@@ -263,8 +308,8 @@ _RULES: tuple[_Rule, ...] = (
     # "/etc/passwd: No such file" is a path, not an assignment; PWD=/home/u is the working directory.
     _Rule(
         "password",
-        r"(?:[Pp](?<!/[Pp])(?i:ass(?:word|wd|phrase)s?)|[Pp](?<![A-Za-z0-9/][Pp])(?!(?<![^\s-]P)ASS:)(?i:ass)"
-        r"|[Ss](?<![A-Za-z0-9][Ss])(?i:shpass))" + _KEY_TAIL + _ASSIGN,
+        _keyed(r"(?:[Pp](?<!/[Pp])(?i:ass(?:word|wd|phrase)s?)|[Pp](?<![A-Za-z0-9/][Pp])(?!(?<![^\s-]P)ASS:)(?i:ass)"
+               r"|[Ss](?<![A-Za-z0-9][Ss])(?i:shpass))" + _KEY_TAIL, _ASSIGN),
         (*_either_case("w", "(?<=(?i:passw))"), *_either_case("h", "(?<=(?i:passph))(?i:rase)"),
          # "pass" alone only before a non-word character: "PASSED" in test logs is no key.
          *_either_case("s", "(?<=(?i:pass))(?![A-Za-z0-9])")),
@@ -272,7 +317,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "password",
-        rf"""[Pp](?<![A-Za-z0-9/][Pp])(?i:wd){_KEY_TAIL}(?:{_SEP}(?!["']?/){_VALUE}|{_XML}|{_SIBLING})""",
+        _keyed(rf"[Pp](?<![A-Za-z0-9/][Pp])(?i:wd){_KEY_TAIL}", rf"""(?:{_SEP}(?!["']?/){_VALUE}|{_XML}|{_SIBLING})"""),
         _either_case("w", "(?<=(?i:pw))(?i:d)(?![A-Za-z0-9])"),
         _ASSIGNED,
     ),
@@ -321,14 +366,14 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "secret",
-        rf"[Ss](?<!/[Ss])(?i:ecret(?:[_-]?key)?){_ASSIGN}",
+        _keyed(r"[Ss](?<!/[Ss])(?i:ecret(?:[_-]?key)?)", _ASSIGN),
         _either_case("c", "(?<=(?i:sec))(?i:ret)"),
         _ASSIGNED,
     ),
     # "private_key": "..." (JSON service accounts) and kubeconfig's client-key-data.
     _Rule(
         "private-key",
-        rf"(?:[Pp](?<!/[Pp])(?i:rivate[_-]?key)|[Kk](?<![A-Za-z0-9][Kk])(?i:ey[_-]data)){_ASSIGN}",
+        _keyed(r"(?:[Pp](?<!/[Pp])(?i:rivate[_-]?key)|[Kk](?<![A-Za-z0-9][Kk])(?i:ey[_-]data))", _ASSIGN),
         (*_either_case("v", "(?<=(?i:priv))(?i:ate)"), *_either_case("d", "(?<=(?i:key[_-]d))(?i:ata)")),
         _ASSIGNED,
     ),
@@ -341,13 +386,13 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "token",
-        rf"[Tt](?<!/[Tt])(?i:oken){_ASSIGN}",
+        _keyed(r"[Tt](?<!/[Tt])(?i:oken)", _ASSIGN),
         _either_case("k", "(?<=(?i:tok))(?i:en)"),
         _ASSIGNED,
     ),
     _Rule(
         "api-key",
-        rf"[Aa](?<!/[Aa])(?i:pi[_-]?key){_ASSIGN}",
+        _keyed(r"[Aa](?<!/[Aa])(?i:pi[_-]?key)", _ASSIGN),
         _either_case("k", "(?:(?<=(?i:api[_-]k))|(?<=(?i:apik)))(?i:ey)"),
         _ASSIGNED,
     ),

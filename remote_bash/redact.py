@@ -36,6 +36,7 @@ from remote_bash._redact_rules import (
     _PEM_END_MAX,
     _PEM_GROUP,
     _RULES,
+    _XOPEN_END,
     _Rule,
 )
 from remote_bash._regex import LinearPattern, PatternError, compile_linear
@@ -54,6 +55,13 @@ _OPEN_LINE = re.compile(rf"{_OPEN_END}\n\Z")
 """A line ending in a separator (or a YAML block scalar's header): its value may be on the next line."""
 _NAME_LINE = re.compile(rf"{_NAME_END}\n\Z", re.ASCII)
 """A line ending in a keyword: it may be a name whose ``value:`` is on the next line."""
+_XOPEN_LINE = re.compile(rf"{_XOPEN_END}\n\Z", re.ASCII)
+"""A line ending in a start tag named by a keyword (or a CDATA section's start after it): its text may
+be on the next line."""
+_XOPEN_NEAR = 512
+"""How far back from a line's end such a start tag is looked for (its name and attributes)."""
+_TAG_TAIL = re.compile(r"[>\[][ \t\r]*\Z")
+"""The end of a start tag or of a CDATA section's start: what a cut such a line can leave."""
 _BLANK_LINE = re.compile(r"[ \t\r]*\n")
 _LEAD_BLANKS = re.compile(rf"(?:[ \t\r]*\n){{0,{_BLANK_LINES}}}")
 """The blank lines that may stand between a YAML key and its value."""
@@ -174,10 +182,12 @@ class Redactor:
         first, text = text[:newline], text[newline + 1 :]
         lead = _LEAD_BLANKS.match(text)
         assert lead is not None  # it matches the empty string
-        if text[lead.end() : lead.end() + 1] in (" ", "\t"):
+        if text[lead.end() : lead.end() + 1] in (" ", "\t") or _TAG_TAIL.search(first):
             # The dropped line may end in a key whose value is this line (or the one after its
             # blank lines): drop it too (unless it cannot be a value, being a key of that kind
-            # itself). Any cut line may: the end of a YAML comment after a key can be any text.
+            # itself). Any cut line may: the end of a YAML comment after a key can be any text. A
+            # line cut in a start tag's ">" (or a CDATA section's "[") may be an element's whose
+            # text is the next line, indented or not.
             second = text.find("\n", lead.end())
             if second < 0:
                 return ""
@@ -251,8 +261,10 @@ class Redactor:
 
     def _opens_next(self, text: str, near: int, end: int) -> bool:
         """Whether the line ending at ``end`` (its last characters from ``near``) may have its value
-        on the next line: it ends in a separator, or in a word with a keyword near it."""
-        return _OPEN_LINE.search(text, near, end) is not None or _NAME_LINE.search(text, near, end) is not None
+        on the next line: it ends in a separator, in a word with a keyword near it, or in a start tag
+        named by a keyword (looked for further back)."""
+        return (_OPEN_LINE.search(text, near, end) is not None or _NAME_LINE.search(text, near, end) is not None
+                or _XOPEN_LINE.search(text, max(0, end - _XOPEN_NEAR), end) is not None)
 
     def _redact_custom(self, text: str) -> str:
         for pattern in self._custom:
@@ -343,6 +355,8 @@ no backslash escapes."""
 _DROP_TO = {"v4": re.compile(r"[^\n]*"), "v5": re.compile(r"[^<\n]*"),
             "v6": re.compile(r"(?:[^\]\n]|\](?!\]>))*"), "v7": re.compile(r"""[^\s"'\\]*"""),
             "v10": re.compile(r"[^<>\n]*"), "v12": re.compile(r"[^\n]*"),
+            **dict.fromkeys(("v16", "v18", "v22"), re.compile(r"[^<\n]*")),
+            **dict.fromkeys(("v17", "v19", "v20", "v21"), re.compile(r"(?:[^\]\n]|\](?!\]>))*")),
             "v13": _DROP_QUOTED['"'], "v14": _DROP_QUOTED["'"], "v15": re.compile(r"[^\n]*")}
 """The rest of a value on the line after its key (to the end of the line), of an XML element's
 text, or of its CDATA section, or of an Authorization header's credential (to its closing quote or
@@ -477,7 +491,8 @@ class StreamRedactor:
             # The separator and the keyword are at the line's end: look only there, so a long held
             # line is not read again at every chunk.
             near = max(start, end - _OPEN_NEAR)
-            if _OPEN_LINE.search(buf, near, end) and self._redactor._trigger.search(buf, near, end):
+            if ((_OPEN_LINE.search(buf, near, end) and self._redactor._trigger.search(buf, near, end))
+                    or _XOPEN_LINE.search(buf, max(start, end - _XOPEN_NEAR), end)):
                 return start
             if names and end == cut and _NAME_LINE.search(buf, near, end):
                 return self._open_line(buf, start, names=False)

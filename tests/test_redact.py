@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from remote_bash._redact_rules import _NAME_END
+from remote_bash._redact_rules import _NAME_END, _XOPEN_END
 from remote_bash.errors import ConfigError
 from remote_bash.redact import Redactor, StreamRedactor, mask
 
@@ -170,6 +170,24 @@ CASES = [
     ('<TOKEN type="x">abc</TOKEN>', '<TOKEN type="x">[REDACTED:token]</TOKEN>'),
     ("<password><![CDATA[hun<ter>2]]></password>", "<password><![CDATA[[REDACTED:password]]]></password>"),
     ('<Pwd a="1"><![CDATA[hunter2]]></Pwd>', '<Pwd a="1"><![CDATA[[REDACTED:password]]]></Pwd>'),
+    # An element's start tag with a blank before its ">", its text or CDATA starting on a later line,
+    # its attributes on the next line (all need the element's "<": "echo password >out" is a redirection).
+    ("<password >LEAK80</password>", "<password >[REDACTED:password]</password>"),
+    ("<password\t>LEAK82</password>", "<password\t>[REDACTED:password]</password>"),
+    ("<password>\n  LEAK81\n</password>\n", "<password>\n  [REDACTED:password]\n</password>\n"),
+    ("<password>\r\nLEAK83\r\n</password>", "<password>\r\n[REDACTED:password]\n</password>"),
+    ("<token >\n\n\tLEAK84 x\n</token>", "<token >\n\n\t[REDACTED:token]\n</token>"),
+    ('<db:Password type="x" >\n  LEAK85\n', '<db:Password type="x" >\n  [REDACTED:password]\n'),
+    ('<password\n id="1">LEAK86</password>', '<password\n id="1">[REDACTED:password]</password>'),
+    ("<DB_PASSWORD\r\n\ta='b' >LEAK87\r\n", "<DB_PASSWORD\r\n\ta='b' >[REDACTED:password]\n"),
+    ("<Password><![CDATA[\nLEAK88]]></Password>", "<Password><![CDATA[\n[REDACTED:password]]]></Password>"),
+    ("<secret>\n  <![CDATA[LEAK89]]>\n</secret>", "<secret>\n  <![CDATA[[REDACTED:secret]]]>\n</secret>"),
+    ("<password> <![CDATA[LEAK90]]></password>", "<password> <![CDATA[[REDACTED:password]]]></password>"),
+    ("<api_key > <![CDATA[ \n  LEAK91]]>", "<api_key > <![CDATA[ \n  [REDACTED:api-key]]]>"),
+    ("printf '<password >LEAK80</password>\\n<password>\\n  LEAK81\\n</password>\\n'",
+     "printf '<password >[REDACTED:password]</password>\\n<password>[REDACTED:password]</password>\\n'"),
+    ("printf '<password\\t>LEAK82</password>\\n<password\\n id=\"1\">LEAK83</password>'",
+     "printf '<password\\t>[REDACTED:password]</password>\\n<password\\n id=\"1\">[REDACTED:password]</password>'"),
     # YAML: a tag, an anchor or a comment after the key; a list of passwords; blank lines first.
     ("password: !!str\n  hunter2\n", "password: !!str\n  [REDACTED:password]\n"),
     ("password: &pw\n  hunter2\n", "password: &pw\n  [REDACTED:password]\n"),
@@ -254,6 +272,10 @@ CLEAN = [
     'echo "password">out.txt',
     "password=''",
     "- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef: {name: db}",
+    "echo password >out.txt </dev/null; echo DB_PASSWORD\t>out.txt",
+    "cat <<EOF >password.txt\nx\nEOF",
+    "<password>\n  <value>x</value>\n</password>\n<password/>\nnext\n<password></password>\nnext",
+    "<password\n/>\nnext\n<password-hash >x</password-hash>",
 ]
 
 
@@ -369,6 +391,10 @@ SECRET_FRAGMENTS = [
     'Authorization: Digest a="1", response="pw0rd9"',
     '<add key="DbPassword" value="pw0rd9"/>',
     '<entry key="token">pw0rd9</entry>',
+    "<password >pw0rd9</password>",
+    "<password>\n  pw0rd9",
+    "<Password><![CDATA[\npw0rd9]]>",
+    '<token\n a="1">pw0rd9',
     '{"name":"DB_PASSWORD","value":"pw0rd9"}',
     "- name: DB_PASSWORD\n  value: pw0rd9",
     pem("RSA PRIVATE KEY"),
@@ -440,7 +466,9 @@ def test_a_secret_between_spaces_never_survives(before: str, secret: str, after:
     # A YAML value line that ends in a separator is read as a nested key, not as the value.
     assume("\n" not in secret or not re.match(r"[^\n]*[:=]", after))
     # A value line that ends in a keyword is read as a name of its own (whose value is next), not as a value.
-    assume(not secret.startswith("- name:") or not re.match(rf"[^\n]*{_NAME_END}(?:\n|\Z)", after))
+    assume(not secret.startswith(("- name:", "<token\n")) or not re.match(rf"[^\n]*{_NAME_END}(?:\n|\Z)", after))
+    # A line that itself ends in an element's start tag is read as that element, not as a value.
+    assume("\n" not in secret or not re.match(rf"[^\n]*{_XOPEN_END}(?:\n|\Z)", after, re.ASCII))
     text = f"{before} {secret} {after}"
     assert secret not in REDACTOR.redact(text)
 
@@ -500,6 +528,37 @@ def test_stream_masks_quoted_and_sibling_values_as_the_whole_text(redactor: Reda
         assert out == whole
     # Of the last two, a name's line is another key's value, or a value is another name's name.
     assert "S3CRET" not in whole or text in QUOTED_AND_SIBLING_FORMS[-2:]
+
+
+XML_NEXT_LINE_FORMS = [
+    "a\n<password >LEAK80</password>\n<password>\n  LEAK81\n</password>\nb\n",
+    "<password\t>LEAK82</password>\n", '<password\n id="1">LEAK86</password>\n',
+    "<Password><![CDATA[\nLEAK88]]></Password>\n", "<token >\r\n\r\n\tLEAK84\r\n</token>\r\n",
+    "<secret>\n  <![CDATA[LEAK89]]>\n</secret>\n", "password:\n  <token>\n  LEAK92\n",
+    "<password>\n  my_token\n  value: x\n",
+]
+
+
+@pytest.mark.parametrize("text", XML_NEXT_LINE_FORMS)
+def test_stream_masks_an_element_whose_text_is_on_a_later_line_at_every_split(redactor: Redactor, text: str) -> None:
+    whole = redactor.redact(text)
+    assert "LEAK" not in whole
+    for at in range(len(text) + 1):
+        stream = redactor.stream()
+        assert stream.feed(text[:at]) + stream.feed(text[at:]) + stream.flush() == whole, at
+    stream = redactor.stream()
+    assert "".join(stream.feed(c) for c in text) + stream.flush() == whole
+    # The start tag's line is held until the text's line is complete.
+    stream = redactor.stream()
+    assert stream.feed("ok\n<password >\n") == "ok\n"
+    assert stream.feed("  LEAK") == ""
+    assert stream.feed("\n") == "<password >\n  [REDACTED:password]\n"
+
+
+def test_a_tail_cut_in_an_elements_start_tag_drops_its_text(redactor: Redactor) -> None:
+    assert redactor.redact_tail("rd>\nLEAK\n</password>\nnext") == "</password>\nnext"
+    assert redactor.redact_tail("A[\n\nLEAK]]>\nnext") == "next"
+    assert redactor.redact_tail("rd\n id='1'>LEAK\nnext") == "next"
 
 
 def test_stream_holds_a_name_until_its_value_line(redactor: Redactor) -> None:
@@ -661,7 +720,9 @@ ADVERSARIAL = ["sk-", "sk-ant-", "eyJ", "eyJ-", "AKIA", "ghp_", "xoxb-", "Bearer
                "password=$'", "password='a'\\''", "'\\''", "password: '''", "''", "password=a\\ ", "\\ ", "\\",
                "password=a\r", "\ra", 'Authorization: Digest a="', '"Authorization: x \\"', "'Authorization: x ",
                'key="DbPassword" value="', '"password">', '"password">a', '{"name":"DB_PASSWORD","value":"',
-               "name: DB_PASSWORD\n  value: ", "name: token\n", "  value: token\n", "password:\n  x_token\n"]
+               "name: DB_PASSWORD\n  value: ", "name: token\n", "  value: token\n", "password:\n  x_token\n",
+               "<password >", "<password>\n", "<a_password", "<password\n a='1'>", "<![CDATA[\n", "<token>\n  ",
+               "<a.b.c", "<password>\n  x_token\n"]
 
 
 @settings(max_examples=60, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])

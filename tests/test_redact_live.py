@@ -218,6 +218,35 @@ def test_fleet_masks_the_command_in_json_output_dir_and_recap(env: dict[str, str
         assert "corp-654321" not in shown
 
 
+XML_COMMAND = ("printf '<password >LEAK80</password>\\n<password>\\n  LEAK81\\n</password>\\n"
+               "<password\\t>LEAK82</password>\\n<password\\n id=\"1\">LEAK83</password>\\n'; "
+               "printf '<Password><![CDATA[\\n'; sleep 0.3; printf 'LEAK84]]></Password>\\n'")
+XML_OUTPUT = ("<password >[REDACTED:password]</password>\n<password>\n  [REDACTED:password]\n</password>\n"
+              "<password\t>[REDACTED:password]</password>\n<password\n id=\"1\">[REDACTED:password]</password>\n"
+              "<Password><![CDATA[\n[REDACTED:password]]]></Password>\n")
+
+
+def test_an_elements_text_on_a_later_line_is_masked_in_the_command_output_and_audit(
+        env: dict[str, str], tmp_path: Path) -> None:
+    live = cli(env, "exec", "redact-a", "--", XML_COMMAND)
+    assert live.returncode == 0, live.stderr
+    assert live.stdout == XML_OUTPUT  # streamed: the CDATA's text came in a later read
+    as_json = cli(env, "exec", "--json", "redact-a", "--", XML_COMMAND)
+    record = json.loads(as_json.stdout)
+    assert record["output"] == XML_OUTPUT
+    assert "<password >[REDACTED:password]</password>" in record["command"]
+    outdir = tmp_path / "xml"
+    fleet = cli(env, "fleet", "exec", "redact-a", "--output-dir", str(outdir), "--", XML_COMMAND)
+    assert fleet.returncode == 0, fleet.stderr
+    header = (outdir / "redact-a.txt").read_text()
+    assert "# command: printf '<password >[REDACTED:password]</password>" in header
+    ends = [r for r in audit_records(env, "redact-a") if r.get("event") == "exec.end"]
+    assert ends and all(r["output_head"].startswith("<password >[REDACTED:password]") for r in ends)
+    for shown in (live.stdout, as_json.stdout, header, json.dumps(audit_records(env, "redact-a"))):
+        for leak in ("LEAK80", "LEAK81", "LEAK82", "LEAK83", "LEAK84"):
+            assert leak not in shown
+
+
 def test_fleet_masks_each_hosts_output_with_every_hosts_patterns(env: dict[str, str], tmp_path: Path,
                                                                   redact_host: Host) -> None:
     # redact-b has no pattern of its own: the custom secret redact-a declares must not show in its output.
