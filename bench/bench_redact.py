@@ -52,6 +52,7 @@ _RULE_SAMPLES = (
     "password=hunt\rS3CRET6", 'Authorization: Digest username="admin", response="6629fae4"',
     "-H 'Authorization: AWS4-HMAC-SHA256 Credential=A/x, Signature=abc'", '<add key="DbPassword" value="x"/>',
     '<entry key="password">x</entry>', '{"name":"DB_PASSWORD","value":"x"}', "- name: DB_PASSWORD\n  value: x\n",
+    "<db_password >\n\n  x</db_password>", '<password\n a="1">x', "<token><![CDATA[\nx]]>",
 )
 """One sample per built-in rule (and a known secret): their prefixes, repeated, are the adversarial input."""
 _BACKTRACKERS = (r"(x+x+)+y", r"(x|x)*y", r"(x*)*y", r"(?:x+){1,20}y")
