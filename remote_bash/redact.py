@@ -191,7 +191,7 @@ class Redactor:
             second = text.find("\n", lead.end())
             if second < 0:
                 return ""
-            if not _OPEN_LINE.search(text, lead.end(), second + 1):
+            if not _OPEN_LINE.search(text, lead.end(), second + 1) and not _tag_opens(text, second + 1):
                 named = _NAME_LINE.search(text, max(lead.end(), second + 1 - _OPEN_NEAR), second + 1)
                 first, text = f"{first}\n{text[:second]}", text[second + 1 :]
                 third = text.find("\n")
@@ -236,12 +236,15 @@ class Redactor:
         while (hit := self._trigger.search(text, done)) is not None:
             start = text.rfind("\n", 0, hit.start()) + 1
             end = text.find("\n", hit.start()) + 1 or len(text)
-            while end < len(text) and self._opens_next(text, max(start, end - _OPEN_NEAR), end):
+            line = start
+            while end < len(text) and self._opens_next(text, max(line, end - _OPEN_NEAR), end):
                 # A key whose value may be on the next line: take that line too (and the one after
-                # the blank lines that may stand before its value).
+                # the blank lines that may stand before its value). Only the last line is looked at:
+                # a run of such lines is read once.
                 blanks = _LEAD_BLANKS.match(text, end)
                 assert blanks is not None  # it matches the empty string
-                end = text.find("\n", blanks.end()) + 1 or len(text)
+                line = blanks.end()
+                end = text.find("\n", line) + 1 or len(text)
             if self._whole_text or text.find("-----BEGIN", start, end) >= 0:
                 # A key block runs over many lines: take the rest of the text in one go.
                 end = len(text)
@@ -264,7 +267,7 @@ class Redactor:
         on the next line: it ends in a separator, in a word with a keyword near it, or in a start tag
         named by a keyword (looked for further back)."""
         return (_OPEN_LINE.search(text, near, end) is not None or _NAME_LINE.search(text, near, end) is not None
-                or _XOPEN_LINE.search(text, max(0, end - _XOPEN_NEAR), end) is not None)
+                or _tag_opens(text, end))
 
     def _redact_custom(self, text: str) -> str:
         for pattern in self._custom:
@@ -284,6 +287,13 @@ class Redactor:
                 text = match.group()
                 return f"{text[: start - whole]}{mask(rule.kind)}{text[end - whole :]}"
         return mask(rule.kind)
+
+
+def _tag_opens(text: str, end: int) -> bool:
+    """Whether the line ending at ``end`` ends in a start tag named by a keyword, looked for in its last
+    ``_XOPEN_NEAR`` characters (and not in the lines before: short lines are not read again)."""
+    start = text.rfind("\n", max(0, end - 1 - _XOPEN_NEAR), end - 1) + 1
+    return _XOPEN_LINE.search(text, max(start, end - _XOPEN_NEAR), end) is not None
 
 
 def _last_boundary(text: str, start: int, end: int) -> int:
@@ -492,7 +502,7 @@ class StreamRedactor:
             # line is not read again at every chunk.
             near = max(start, end - _OPEN_NEAR)
             if ((_OPEN_LINE.search(buf, near, end) and self._redactor._trigger.search(buf, near, end))
-                    or _XOPEN_LINE.search(buf, max(start, end - _XOPEN_NEAR), end)):
+                    or _tag_opens(buf, end)):
                 return start
             if names and end == cut and _NAME_LINE.search(buf, near, end):
                 return self._open_line(buf, start, names=False)

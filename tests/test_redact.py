@@ -559,6 +559,8 @@ def test_a_tail_cut_in_an_elements_start_tag_drops_its_text(redactor: Redactor) 
     assert redactor.redact_tail("rd>\nLEAK\n</password>\nnext") == "</password>\nnext"
     assert redactor.redact_tail("A[\n\nLEAK]]>\nnext") == "next"
     assert redactor.redact_tail("rd\n id='1'>LEAK\nnext") == "next"
+    # A line after the cut one that is itself a start tag is no value: it is kept, and its text masked.
+    assert redactor.redact_tail(":\n  x<password>\n  LEAK\n") == "  x<password>\n  [REDACTED:password]\n"
 
 
 def test_stream_holds_a_name_until_its_value_line(redactor: Redactor) -> None:
