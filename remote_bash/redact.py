@@ -10,11 +10,12 @@ reads is still masked.
 
 Everything here is pure: no I/O, no logging, and nothing keeps the text it was shown.
 
-Apart from private key blocks, a YAML key whose value is on the next line and a name holding a
-keyword at a line's end whose ``value:`` is on the next line, no built-in rule matches across a
-newline. That is what lets the stream cut its input at newlines (holding back a line that ends in
-a key or such a name) and still give exactly what :meth:`Redactor.redact` gives for the whole
-text; extra patterns should keep to one line for the same reason.
+Apart from private key blocks, a YAML key whose value is on the next line, a name holding a
+keyword at a line's end whose ``value:`` (or, for an XML element, whose attributes) is on the next
+line, and an XML start tag named by a keyword whose text is on a later line, no built-in rule matches
+across a newline. That is what lets the stream cut its input at newlines (holding back a line that
+ends in a key, such a name or such a start tag) and still give exactly what :meth:`Redactor.redact`
+gives for the whole text; extra patterns should keep to one line for the same reason.
 """
 
 from __future__ import annotations

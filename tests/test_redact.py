@@ -173,6 +173,7 @@ CASES = [
     # An element's start tag with a blank before its ">", its text or CDATA starting on a later line,
     # its attributes on the next line (all need the element's "<": "echo password >out" is a redirection).
     ("<password >LEAK80</password>", "<password >[REDACTED:password]</password>"),
+    ("<password > LEAK93 x</password>", "<password >[REDACTED:password]</password>"),
     ("<password\t>LEAK82</password>", "<password\t>[REDACTED:password]</password>"),
     ("<password>\n  LEAK81\n</password>\n", "<password>\n  [REDACTED:password]\n</password>\n"),
     ("<password>\r\nLEAK83\r\n</password>", "<password>\r\n[REDACTED:password]\n</password>"),
@@ -553,6 +554,15 @@ def test_stream_masks_an_element_whose_text_is_on_a_later_line_at_every_split(re
     assert stream.feed("ok\n<password >\n") == "ok\n"
     assert stream.feed("  LEAK") == ""
     assert stream.feed("\n") == "<password >\n  [REDACTED:password]\n"
+
+
+def test_a_long_element_text_in_a_long_line_is_masked_once(redactor: Redactor) -> None:
+    for secret in ("<Password > <![CDATA[ " + "hiddenpart " * 9000 + "]]>", "<password > " + "hiddenpart " * 9000):
+        line = "x " * 3000 + secret + " end\n"
+        stream = redactor.stream()
+        out = "".join(stream.feed(line[i : i + 1000]) for i in range(0, len(line), 1000)) + stream.flush()
+        assert "hiddenpart" not in out
+        assert out.count("[REDACTED:password]") == 1
 
 
 def test_a_tail_cut_in_an_elements_start_tag_drops_its_text(redactor: Redactor) -> None:
