@@ -339,7 +339,9 @@ class RemoteBashSession:
             unstopped: ConnectionLost | None = None
             if self._orphaned:
                 try:
-                    report = await self._stop_orphans() or report
+                    orphans = await self._stop_orphans()
+                    if report is None or orphans.signals:
+                        report = orphans
                 except ConnectionLost as exc:
                     unstopped = exc
             if self._conn is not None:
