@@ -8,9 +8,13 @@ see :mod:`remote_bash.reaper`) and signalled INT, then TERM, then KILL, over a s
 channel; the shell survives unless it is the shell itself that is stuck. A kill never
 claims more than it checked: what it could not tell is said in ``KillReport.unchecked``.
 
-This module never retries a command: a lost connection ends the call with an error, and
-only the *next* call reconnects. Every command is audited before it is sent; a command
-that cannot be audited is not run.
+This module never retries a command: a lost connection ends the call with an error. What
+the lost call left running on the host (the shell, adopted by init, and the command) is then
+stopped before the session is done with the host: the next call reconnects and stops it
+first, and ``close()`` reconnects once to stop it, within the host's connect timeout and a
+short kill deadline; when it cannot, ``close()`` says so. A reconnect only ever kills: nothing
+is sent again. Every command is audited before it is sent; a command that cannot be audited
+is not run.
 """
 
 from __future__ import annotations
@@ -50,9 +54,13 @@ if TYPE_CHECKING:
 __all__ = ["AuditSink", "RemoteBashSession", "RemoteInfo", "SessionState", "default_audit", "off_by_name"]
 
 KILL_GRACE = 1.0
+"""Seconds to wait after each signal before escalating to the next."""
 # More KILL rounds after the last, while the check after each still finds processes of the call.
 _KILL_REPEATS = 3
-"""Seconds to wait after each signal before escalating to the next."""
+LOST_KILL_DEADLINE = 5.0
+"""Seconds the kill of what a lost connection left running may take once reconnected; with the
+connect timeouts of the route, what ``close()`` may spend on it."""
+_LOST = "left running by a lost connection"
 
 
 class AuditSink(Protocol):
@@ -278,6 +286,8 @@ class RemoteBashSession:
         self._driver_left = False
         """The shell left its driver loop: the next frame brings it again."""
         self._orphaned = False
+        self._lost_shells: list[tuple[int, int]] = []
+        """The pid and start (host clock ticks) of each shell lost with its connection and not yet stopped."""
         self._first_started: int | None = None
         """When this session's first shell started (host clock ticks). Once a later shell replaced
         it, what an earlier shell left running started after it, and close looks that far back."""
@@ -314,7 +324,9 @@ class RemoteBashSession:
         """End the shell (and every process it started) and the connection. Idempotent.
 
         Returns what was done to the shell's processes (also kept in ``last_kill``), or None when
-        there was no shell to end.
+        there was no shell to end. After a lost connection (``orphaned``) it reconnects once to stop
+        what the lost call left running (see :meth:`stop_orphans`), and raises the ConnectionLost
+        of that when it cannot: the session is closed all the same.
         """
         if self.state is SessionState.CLOSED:
             return None
@@ -324,11 +336,42 @@ class RemoteBashSession:
             await self._stopped()
             report = await self._drop_shell(kill=True)
             self._deadline.cancel()
+            unstopped: ConnectionLost | None = None
+            if self._orphaned:
+                try:
+                    orphans = await self._stop_orphans()
+                    if report is None or orphans.signals:
+                        report = orphans
+                except ConnectionLost as exc:
+                    unstopped = exc
             if self._conn is not None:
                 await self._conn.close()
                 self._conn = None
                 await self._audit_write("session.end", kill=report.model_dump() if report else None)
+            if unstopped is not None:
+                raise unstopped
             return report
+
+    @property
+    def orphaned(self) -> bool:
+        """A connection of this session was lost while a call ran, and what that call left running
+        on the host (its shell, adopted by init, and the command) has not been stopped yet."""
+        return self._orphaned
+
+    async def stop_orphans(self) -> KillReport | None:
+        """Stop what a call lost with its connection left running, now: over the connection when
+        one is open, else over a new one made only for this (nothing else is sent, nothing is run
+        again). Bounded by the route's connect timeouts plus ``LOST_KILL_DEADLINE``. Returns None
+        when the session is not ``orphaned``.
+
+        Raises ConnectionLost, naming the host and saying that the command may still be running
+        there, when the host cannot be reached or does not answer (also in the audit log, as an
+        ``exec.kill`` record with the reason); the session stays ``orphaned``, so the next call
+        or ``close()`` tries again."""
+        self._check_open()
+        async with self._lock:
+            await self._stopped()
+            return await self._stop_orphans() if self._orphaned else None
 
     async def restart(self) -> RemoteInfo:
         """Kill the shell and everything it started, and start a clean one.
@@ -353,10 +396,10 @@ class RemoteBashSession:
         await asyncio.wait([task], timeout=15)  # its outcome is its caller's; only its end matters here
 
     async def _abandon(self, conn: SshConnection) -> None:
-        """Drop a connection that stopped answering; the next connect cleans up after it."""
+        """Drop a connection that stopped answering; the next connect, or close, cleans up after it."""
         self._shell = None
         self._call = None
-        self._orphaned = True
+        self._orphan()
         if self._conn is conn:
             self._conn = None
         with contextlib.suppress(Exception):
@@ -392,7 +435,10 @@ class RemoteBashSession:
         if self._conn is None or self._conn.is_closed:
             self._conn = await self._connect()
             if self._orphaned:
-                await self._kill_orphans(self._conn)
+                # Before anything else is sent: the lost call's shell must not go on to the rest
+                # of its command text alongside the next call.
+                with contextlib.suppress(RemoteBashError):
+                    await self._kill_orphans(self._conn, timeout=10)
         conn = self._conn
         shell = await conn.open_shell(framing.SHELL_COMMAND)
         self._shell = shell
@@ -760,7 +806,10 @@ class RemoteBashSession:
         try:
             kill = await self._kill_call(call, shell, conn, "interrupted")
         except RemoteBashError:
-            pass  # the kill channel failed: the sentinel did not come, so the shell is dropped below
+            # The kill channel failed: the sentinel did not come, so the shell is dropped below.
+            # With the connection gone, what the call left is stopped as a lost call's is.
+            if conn.is_closed:
+                self._orphan()
         finally:
             if self._call is call:
                 self._call = None
@@ -918,12 +967,12 @@ class RemoteBashSession:
                 if call.live is not None:
                     call.live.flush()
                 self._conn = None
-                self._orphaned = True
+                self._orphan()
                 with contextlib.suppress(Exception):
                     await conn.close()
                 raise ConnectionLost(
-                    error + "; it was not re-run, and its effects are unknown. The next call reconnects",
-                    host=self.host.name, partial_output=text,
+                    error + "; it was not re-run, and its effects are unknown. The next call, or closing the "
+                    "session, reconnects to stop what it left running", host=self.host.name, partial_output=text,
                 )
         if call.live is not None:
             call.live.flush()
@@ -968,18 +1017,69 @@ class RemoteBashSession:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(conn.lost.wait(), 2.0)
 
-    async def _kill_orphans(self, conn: SshConnection) -> None:
-        """After a lost connection: stop what the old shell's commands left running."""
+    async def _kill_orphans(self, conn: SshConnection, *, timeout: float) -> KillReport:
+        """After a lost connection: stop what the lost shell and its commands left running.
+        Raises RemoteBashError when the kill does not answer (the session stays orphaned)."""
+        _status, out = await conn.run_side(self._orphan_script(), timeout=timeout)
         self._orphaned = False
+        self._lost_shells.clear()
+        # One report per script run: a lost shell's, then the tag's.
+        count = sum(int(line[7:]) for line in out.splitlines() if line.startswith("RBKILL ") and line[7:].isdigit())
+        report = KillReport(signals=["KILL"] if count else [], survivors=0,
+                            cgroup=reaper.parse_kill_output(out).cgroup)
+        self.last_kill = report
+        if count:
+            await self._audit_write("exec.kill", reason=_LOST, kill=report.model_dump(), processes=count,
+                                    strict=False)
+        return report
+
+    def _orphan(self) -> None:
+        """The connection was lost with a call in flight: mark the session, and note its shell."""
+        self._orphaned = True
+        info = self.info
+        if info is not None and info.shell_pid and info.started is not None:
+            shell = (info.shell_pid, info.started)
+            if shell not in self._lost_shells:
+                self._lost_shells.append(shell)
+
+    def _orphan_script(self) -> str:
+        """The kill of what lost connections left: each lost shell with everything below it, while
+        its pid still names it, then whatever carries the session's tag. A shell carries no tag of
+        its own (its variables were set after it started), and it must go too: once its command
+        is killed it would run the rest of the command text (``sleep 60; rm -rf build``)."""
+        tag = f"{reaper.SESSION_ENV}={self.session_id}"
+        # The process under the pid is the shell only if it started no later than the shell said it
+        # had (its clock at start-up): a process that took the pid since started after.
+        shells = "".join(
+            f"st=$(awk '{_START_AWK}' /proc/{pid}/stat 2>/dev/null)\n"
+            f'if [ -n "$st" ] && [ "$st" -le {started} ]; then\n'
+            f"{reaper.kill_script(tag, 'KILL', also_pid=pid, below=pid)}fi\n"
+            for pid, started in self._lost_shells)
+        return shells + reaper.kill_script(tag, "KILL")
+
+    async def _stop_orphans(self) -> KillReport:
+        """:meth:`stop_orphans`, the lock held."""
+        conn = self._conn if self._conn is not None and not self._conn.is_closed else None
+        own: SshConnection | None = None
+        bound = sum(hop.connect_timeout for hop in (*self.jump_hosts, self.host)) + LOST_KILL_DEADLINE
         try:
-            _status, out = await conn.run_side(
-                reaper.kill_script(f"{reaper.SESSION_ENV}={self.session_id}", "KILL"), timeout=10)
-        except RemoteBashError:
-            return
-        found = reaper.parse_kill_output(out).count
-        if found:
-            await self._audit_write("exec.kill", reason="left running by a lost connection",
-                                    kill={"signals": ["KILL"], "processes": found}, strict=False)
+            async with asyncio.timeout(bound):
+                if conn is None:
+                    conn = own = await self._connect()
+                return await self._kill_orphans(conn, timeout=LOST_KILL_DEADLINE)
+        except (RemoteBashError, TimeoutError) as exc:
+            reason = (exc.message if isinstance(exc, RemoteBashError)
+                      else f"no answer within {bound:g} s")
+            where = self.host.hostname
+            error = (f"the connection to {where} was lost while a command ran (it was not re-run), and "
+                     f"reconnecting to stop what it left running failed ({reason}): the command may still "
+                     f"be running on {where}")
+            await self._audit_write("exec.kill", reason=_LOST, error=error, strict=False)
+            raise ConnectionLost(error, host=self.host.name) from exc
+        finally:
+            if own is not None:
+                with contextlib.suppress(Exception):
+                    await own.close()
 
     def redact(self, text: str) -> str:
         """``text`` with the secrets this session's redactor knows masked, as its output and audit
@@ -1083,6 +1183,11 @@ def _unchecked(scan: reaper.KillScan, since: int | None, what: str) -> str | Non
             f"process tree and without its tag, were left running: {shown}{more}. They may be daemons of "
             f"{what} that rewrote or cleared their environment, or another login's; this host keeps SSH "
             "logins in no cgroup of their own, so nothing tells which")
+
+
+# The start time (ticks since boot, the 22nd field) of the process whose /proc/PID/stat is read;
+# the fields are counted after the name, which may hold spaces and parentheses.
+_START_AWK = '{ s = $0; sub(/^.*\\) /, "", s); split(s, f, " "); print f[20] }'
 
 
 def _after_the_fact(message: str, event: str, host: str) -> str:

@@ -775,6 +775,9 @@ def _stop(env: Mapping[str, str], host: str | None) -> int:
             reply, _ = _ask(Path(info["socket"]), {"v": ANY_VERSION, "op": "stop"}, 60.0)
         if reply is not None and reply.get("stopped"):
             _out(f"stopped {info['host']} (pid {info['pid']})\n")
+            if reply.get("e"):  # what a lost call left running could not be stopped: said, not hidden
+                _err(str(reply["e"]))
+                status = max(status, EXIT_FAILED)
         else:
             status = max(status, _terminate(info))
     return status

@@ -7,6 +7,10 @@ credentials, redaction, the gate and the command policy of the invocation that s
 each client's command in it and streams the redacted output back, and exits (closing the session,
 which stops what it left running) after its idle timeout, on ``sessions stop`` or on SIGTERM.
 
+A call whose connection is lost leaves its shell and command running on the host: before the call
+is answered, the session reconnects to stop them. When it cannot, the answer says so and the process
+stays (the session ``orphaned``), so that its next call, ``sessions stop`` or its idle end tries again.
+
 It must never: serve a connection from another user (the peer's uid is checked with
 ``SO_PEERCRED``, on top of the socket's 0600 mode in a 0700 directory), serve a request made under
 other options than its own, write a command, its output or a secret to its log, or run a request
@@ -146,8 +150,22 @@ class _Daemon:
                 _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
                 for task in pending:
                     task.cancel()
-            if self.session is not None:
-                await self.session.close()  # stops what the session's commands left running
+            await self._close()  # stops what the session's commands left running
+
+    async def _close(self) -> str | None:
+        """Close the session; the words for what it could not stop (a lost call's leftovers on a host
+        it could not reach again), or None."""
+        from remote_bash.errors import RemoteBashError
+
+        if self.session is None:
+            return None
+        try:
+            await self.session.close()
+        except RemoteBashError as exc:
+            _log(f"closing the session: {type(exc).__name__}: what a lost call left running on "
+                 f"{self.host or 'the host'} may still be running (see the audit log)")
+            return str(exc)
+        return None
 
     async def _idle(self) -> None:
         while True:
@@ -195,9 +213,8 @@ class _Daemon:
                                "allow": self.key["allow"], **self._rules()}})
             elif request.get("op") == "stop":
                 self.stopping = "stopped by 'sessions stop'"
-                if self.session is not None:
-                    await self.session.close()
-                send({"stopped": True})
+                unstopped = await self._close()
+                send({"stopped": True, **({"e": f"{PROG}: {_one_line(unstopped)}"} if unstopped else {})})
                 self.stop("stopped on request")
             elif request.get("op") == "run":
                 await self._run(request, reader, send)
@@ -244,8 +261,17 @@ class _Daemon:
 
         known = isinstance(exc, RemoteBashError | _UsageError | _NoApiKey)
         message = str(exc) if known else f"internal error: {type(exc).__name__}: {exc}"
+        orphaned = self.session is not None and self.session.orphaned
+        if orphaned:
+            message += ("; the kept session tries again to stop what the lost call left running at its next "
+                        f"call, at '{PROG} sessions stop' and when it ends")
         send({"e": f"{PROG}: {_one_line(message)}", "x": _exit_code(exc)})
-        if not _keeps_session(exc):
+        if orphaned:
+            # Not done with the host while a lost call's shell may run there: a fresh process would
+            # know nothing of it.
+            _log(f"the call failed ({type(exc).__name__}); what a lost call left running is not stopped yet: "
+                 "keeping the session to try again")
+        elif not _keeps_session(exc):
             self.stop(f"the call failed ({type(exc).__name__}): closing the session")
 
     async def _call(self, request: dict[str, Any], reader: asyncio.StreamReader, send: Send) -> None:
@@ -294,7 +320,7 @@ class _Daemon:
                 return
             except Exception as exc:
                 echo.finish(None)
-                self._fail(send, exc)
+                self._fail(send, await self._after_loss(exc))
                 return
         finally:
             watch.cancel()
@@ -304,6 +330,23 @@ class _Daemon:
             echo.finish(result)
         status, line = _status_line(self.host, result)
         send({"e": line, "x": status} if line is not None else {"x": status})
+
+
+    async def _after_loss(self, exc: Exception) -> Exception:
+        """After a call failed: when its connection was lost, stop what it left running on the host
+        now, before it is answered (this process may not be asked again for a long time). The error
+        to answer with: ``exc``, or the one saying that the command may still be running."""
+        from remote_bash.errors import ConnectionLost, SessionClosed
+
+        if self.session is None or not self.session.orphaned:
+            return exc
+        try:
+            await self.session.stop_orphans()
+        except ConnectionLost as failed:
+            return failed
+        except SessionClosed:
+            pass  # closed meanwhile ('sessions stop', SIGTERM): the close tried
+        return exc
 
 
 async def _beat(send: Send) -> None:
