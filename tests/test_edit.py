@@ -580,3 +580,21 @@ async def test_file_names_are_masked(session: RemoteBashSession, audit: AuditLog
     viewed = await edit(session, command="view", path=str(folder / "password=hunter33"))
     assert viewed["is_error"] is False and "hunter33" not in viewed["content"]
     assert "hunter33" not in str(events(audit, host))
+
+
+async def test_a_listing_shows_only_what_the_policy_lets_view(host: Host, audit: AuditLog, work: Path) -> None:
+    ok = work / "ok"
+    put(ok / "a.txt", "a\n")
+    put(ok / "secret" / "key.pem", "k\n")
+    put(work / "notok" / "n.txt", "n\n")
+    (ok / "etclink").symlink_to("/etc")
+    (ok / "dl").symlink_to(work / "notok")
+    gated = host.model_copy(update={"edit": EditPolicy(allow=[str(ok)], deny=[str(ok / "secret")])})
+    async with RemoteBashSession(gated, audit=audit) as s:
+        listing = await edit(s, command="view", path=str(ok))
+        assert listing["is_error"] is False
+        lines = listing["content"].splitlines()
+        assert lines[1:-1] == [str(ok), f"{ok}/a.txt", f"{ok}/dl/", f"{ok}/etclink/"]
+        assert "(2 entries this host's edit policy refuses to view left out)" in lines[-1]
+        through = await edit(s, command="view", path=str(ok / "dl"))
+        assert through["is_error"] is True and "outside the paths" in through["content"]

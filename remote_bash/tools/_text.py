@@ -292,14 +292,16 @@ def _line_end(text: str, pos: int, lines: int) -> int:
     return pos
 
 
-def format_listing(path: str, entries: Sequence[tuple[str, bool]], limit: int, clean: Clean = _same) -> str:
+def format_listing(path: str, entries: Sequence[tuple[str, bool]], limit: int, clean: Clean = _same, *,
+                   stopped: bool | None = None) -> str:
     """A directory view: the directory, then each entry as a full path (directories end in /),
     each name in it as ``clean`` makes it."""
     root = path.rstrip("/") or "/"
     prefix = "" if root == "/" else root
     lines = [f"{prefix}/{'/'.join(clean(display(part)) for part in name.split('/'))}{'/' if is_dir else ''}"
              for name, is_dir in entries]
-    more = f"\n[... listing stopped at {limit:,} entries: view a subdirectory]" if len(entries) >= limit else ""
+    more = f"\n[... listing stopped at {limit:,} entries: view a subdirectory]" if (
+        len(entries) >= limit if stopped is None else stopped) else ""
     body = "\n".join([root, *lines])
     return (f"Here are the files and directories up to 2 levels deep in {root}, excluding hidden items:\n"
             f"{body}{more}")

@@ -240,8 +240,17 @@ class EditHandler(SessionTool):
                 raise _text.EditRefused(f"{path} is a directory; {command} works on files")
             if "view_range" in args and args["view_range"] is not None:
                 raise _text.EditRefused("view_range applies to files; view a directory without it")
-            entries = await files.listing(info.path, depth=2, limit=LIST_LIMIT)
-            return _text.format_listing(path, entries, LIST_LIMIT, self._clean), False
+            found = await files.listing(info.path, depth=2, limit=LIST_LIMIT)
+            # What the policy would refuse to view is not listed either.
+            policy = self.session.host.edit
+            entries = [(name, is_dir) for name, is_dir in found
+                       if check_path(posixpath.join(info.path, name), "view", policy).allowed]
+            listing = _text.format_listing(path, entries, LIST_LIMIT, self._clean, stopped=len(found) >= LIST_LIMIT)
+            left_out = len(found) - len(entries)
+            if left_out:
+                listing += (f"\n({left_out} {'entry' if left_out == 1 else 'entries'} this host's edit policy "
+                            "refuses to view left out)")
+            return listing, False
         view_range = args.get("view_range") if command == "view" else None
         if info.size > MAX_FILE_BYTES:
             raise _text.EditRefused(f"{path} is {info.size:,} bytes; the editor reads files up to "
