@@ -598,3 +598,31 @@ async def test_a_listing_shows_only_what_the_policy_lets_view(host: Host, audit:
         assert "(2 entries this host's edit policy refuses to view left out)" in lines[-1]
         through = await edit(s, command="view", path=str(ok / "dl"))
         assert through["is_error"] is True and "outside the paths" in through["content"]
+
+
+async def test_a_write_through_a_link_is_put_to_the_approval_rules_as_its_target(host: Host, audit: AuditLog,
+                                                                                 work: Path) -> None:
+    from remote_bash.approval import Approval, Need
+    from remote_bash.models import WritesOutsideRule
+
+    asked: list[str] = []
+
+    async def yes(_host: Host, command: str, need: Need) -> Approval:
+        asked.append(command)
+        return Approval(True, "once", by="tester")
+
+    ok = work / "ok"
+    put(ok / "in.txt", "i\n")
+    target = put(work / "notok" / "t", "old\n")
+    (ok / "fl").symlink_to(target)
+    ruled = host.model_copy(update={"approve": [WritesOutsideRule(writes_outside=[str(ok)])]})
+    async with RemoteBashSession(ruled, audit=audit) as s:
+        refused = await edit(s, command="str_replace", path=str(ok / "fl"), old_str="old", new_str="new")
+        assert refused["is_error"] is True and "needs a person's approval" in refused["content"]
+        assert target.read_text() == "old\n"
+        inside = await edit(s, command="str_replace", path=str(ok / "in.txt"), old_str="i", new_str="j")
+        assert inside["is_error"] is False  # a write inside asks nothing
+        approved = await EditTool(s, approver=yes).handle(use({"command": "str_replace", "path": str(ok / "fl"),
+                                                                "old_str": "old", "new_str": "new"}))
+    assert approved["is_error"] is False and target.read_text() == "new\n"
+    assert asked == [f"# text editor: str_replace '{ok}/fl' (a link to '{target}')\ncat > '{target}'"]

@@ -108,16 +108,30 @@ class EditHandler(SessionTool):
         refusal = await self._refuse(command, path, tool_use_id)
         if refusal:
             return self._reply(tool_use_id, refusal, True, path)
-        said = approval_text(tool_input)
+        host = self.session.host
+        deadline = self.timeout if self.timeout is not None else host.command_timeout
+        target: str | None = None
+        if command in WRITES and host.approve:
+            # The rules are asked about the file that is written: through a link, its target.
+            try:
+                target = await self._resolve(path, deadline)
+            except (RemoteBashError, TimeoutError) as exc:
+                why = exc.message if isinstance(exc, RemoteBashError) else f"no answer within {deadline:g} s"
+                return self._reply(tool_use_id, f"Error: nothing was done: where {path} leads could not be looked "
+                                                f"up to ask this host's approval rules: {why}", True, path)
+            if target != path:
+                refusal = await self._refuse(command, target, tool_use_id)
+                if refusal:
+                    return self._reply(tool_use_id, refusal.replace("refused before", "refused (the path is a "
+                                                                    "link) before"), True, path, target)
+        said = approval_text(tool_input, target)
         if said is not None:
             try:
                 refusal = await ask_approval(self.session, said, tool_use_id, self.approver)
             except AuditError as exc:
                 refusal = f"Error: nothing was done, because it could not be audited: {exc.message}"
             if refusal:
-                return self._reply(tool_use_id, refusal.replace("this command", "this edit"), True, path)
-        host = self.session.host
-        deadline = self.timeout if self.timeout is not None else host.command_timeout
+                return self._reply(tool_use_id, refusal.replace("this command", "this edit"), True, path, target)
         outcome = _Outcome()
         started = time.monotonic()
         try:
@@ -127,7 +141,8 @@ class EditHandler(SessionTool):
                 try:
                     async with asyncio.timeout(deadline):
                         files = await self._files(conn, deadline)
-                        text, is_error = await self._do(files, command, path, tool_input, tool_use_id, outcome)
+                        text, is_error = await self._do(files, command, path, tool_input, tool_use_id, outcome,
+                                                        target)
                 except TimeoutError:
                     text, is_error = (f"Error: the {command} of {path} did not finish within {deadline:g} s; "
                                       + ("the file is either as it was or wholly replaced (a write is a rename, "
@@ -209,6 +224,12 @@ class EditHandler(SessionTool):
         shown, _cut = _text.bound(self._shown(text, *paths), self.session.host.output_limit)
         return tool_result(tool_use_id, shown, is_error)
 
+    async def _resolve(self, path: str, deadline: float) -> str:
+        """Where ``path`` leads on the host, every link followed (metadata only)."""
+        async with self.session.exclusive() as conn, asyncio.timeout(deadline):
+            files = await self._files(conn, deadline)
+            return (await files.inspect(path)).path
+
     async def _files(self, conn: SshConnection, deadline: float) -> _Files:
         sftp = await conn.sftp(timeout=deadline)
         return sftp if sftp is not None else ShellFiles(conn, timeout=deadline)
@@ -216,9 +237,13 @@ class EditHandler(SessionTool):
     # -- the commands -------------------------------------------------------------------
 
     async def _do(self, files: _Files, command: str, path: str, args: Mapping[str, Any],
-                  tool_use_id: str | None, outcome: _Outcome) -> tuple[str, bool]:
+                  tool_use_id: str | None, outcome: _Outcome, approved: str | None = None) -> tuple[str, bool]:
         outcome.fields["via"] = "sftp" if not isinstance(files, ShellFiles) else "shell"
         info = await files.inspect(path)
+        if approved is not None and info.path != approved:
+            outcome.target = info.path
+            raise _text.EditRefused(f"{path} now leads to {info.path}, not to {approved} as when this host's "
+                                    "approval rules were asked; nothing was written: try again")
         if info.path != path:
             outcome.target = info.path
             refusal = await self._refuse(command, info.path, tool_use_id)
@@ -352,13 +377,15 @@ def _text_problem(name: str, value: object) -> str | None:
     return None
 
 
-def approval_text(tool_input: Mapping[str, Any]) -> str | None:
+def approval_text(tool_input: Mapping[str, Any], target: str | None = None) -> str | None:
     """The shell text an edit is put to the host's approval rules as (they read shell text): a write
-    as what it does; None for a read."""
+    as what it does, to ``target`` when the path is a link to it; None for a read."""
     command = str(tool_input.get("command"))
     if command not in WRITES:
         return None
     path = shell_quote(normalize(str(tool_input.get("path"))))
+    if target is not None and shell_quote(target) != path:
+        return f"# text editor: {command} {path} (a link to {shell_quote(target)})\ncat > {shell_quote(target)}"
     return f"# text editor: {command} {path}\ncat > {path}"
 
 
