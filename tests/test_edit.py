@@ -626,3 +626,19 @@ async def test_a_write_through_a_link_is_put_to_the_approval_rules_as_its_target
                                                                 "old_str": "old", "new_str": "new"}))
     assert approved["is_error"] is False and target.read_text() == "new\n"
     assert asked == [f"# text editor: str_replace '{ok}/fl' (a link to '{target}')\ncat > '{target}'"]
+
+
+async def test_a_star_in_the_edit_policy_stops_at_a_slash(host: Host, audit: AuditLog, work: Path) -> None:
+    top = put(work / "x.conf", "top\n")
+    deep = put(work / "sub" / "deep" / "x.conf", "deep\n")
+    gated = host.model_copy(update={"edit": EditPolicy(allow=[f"{work}/*.conf", f"{work}/any/**/*.conf"],
+                                                       deny=[f"{work}/*.key"])})
+    put(work / "any" / "a" / "b" / "y.conf", "y\n")
+    put(work / "sub" / "z.key", "k\n")
+    async with RemoteBashSession(gated, audit=audit) as s:
+        assert (await edit(s, command="view", path=str(top)))["is_error"] is False
+        refused = await edit(s, command="view", path=str(deep))
+        assert refused["is_error"] is True and "outside the paths" in refused["content"]
+        assert (await edit(s, command="view", path=f"{work}/any/a/b/y.conf"))["is_error"] is False
+        denied = await edit(s, command="view", path=f"{work}/sub/z.key")  # a deny covers no less than it did
+        assert denied["is_error"] is True and "outside the paths" not in denied["content"]
