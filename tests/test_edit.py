@@ -528,3 +528,117 @@ async def test_the_readmes_editor_example_runs_as_shown(session: RemoteBashSessi
     assert len(seen) == len(stated) == 1
     assert matches(stated[0], seen[0]), seen[0]
     assert conf.read_text() == "[server]\nworkers = 4\nport = 8080\n"
+
+
+# -- what is shown and recorded is cleaned as bash output is ------------------------------------
+
+
+async def test_view_and_edits_are_stripped_and_masked_as_bash_output(session: RemoteBashSession, audit: AuditLog,
+                                                                      host: Host, work: Path) -> None:
+    raw = b"pass\x1b[0mword=hunter22\nc1 \x1b]52;c;cHduZWQ=\x07\nXXXXXXXX=hunter23\rpassword\nplain\n"
+    f = put(work / "e.txt", raw)
+    bash = await session.run(f"cat {f}")
+    assert "hunter22" not in bash.output and "hunter23" not in bash.output
+    view = await edit(session, command="view", path=str(f))
+    assert view["is_error"] is False
+    shown = view["content"]
+    assert "\x1b" not in shown and "\x07" not in shown and "\r" not in shown
+    assert "hunter22" not in shown and "hunter23" not in shown and "cHduZWQ" not in shown
+    assert "     4\tplain" in shown and "line(s) 1, 2, 3 hold terminal control characters" in shown
+    done = await edit(session, command="str_replace", path=str(f), old_str="plain", new_str="plain2")
+    assert done["is_error"] is False
+    assert "\x1b" not in done["content"] and "hunter2" not in done["content"]
+    assert f.read_bytes() == raw.replace(b"plain", b"plain2")  # the file itself is edited byte for byte
+    made = await edit(session, command="create", path=str(work / "n.txt"), file_text=raw.decode())
+    assert made["is_error"] is False and (work / "n.txt").read_bytes() == raw
+    diffs = [r["diff"] for r in events(audit, host) if r["event"] == "edit.end" and "diff" in r]
+    assert len(diffs) == 2
+    for diff in diffs:
+        assert "\x1b" not in diff and "\r" not in diff and "hunter2" not in diff and "cHduZWQ" not in diff
+
+
+async def test_the_audit_diff_is_masked_before_it_is_cut(session: RemoteBashSession, audit: AuditLog, host: Host,
+                                                         work: Path) -> None:
+    f = put(work / "t.txt", "a\nb\n")
+    token = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    done = await edit(session, command="str_replace", path=str(f), old_str="b", new_str="y" * 1928 + " " + token)
+    assert done["is_error"] is False
+    (diff,) = [r["diff"] for r in events(audit, host) if r["event"] == "edit.end"]
+    assert "ghp_" not in diff and "A1b2C3" not in diff
+    assert diff.endswith("[... diff cut at 2,000 characters]") and "\n+yyy" not in diff
+
+
+async def test_file_names_are_masked(session: RemoteBashSession, audit: AuditLog, host: Host, work: Path) -> None:
+    folder = work / "names"
+    folder.mkdir()
+    os.chown(folder, work.stat().st_uid, work.stat().st_gid)
+    made = await edit(session, command="create", path=str(folder / "password=hunter33"), file_text="x\n")
+    assert made["is_error"] is False and (folder / "password=hunter33").read_text() == "x\n"
+    assert "hunter33" not in made["content"]
+    listing = await edit(session, command="view", path=str(folder))
+    assert "hunter33" not in listing["content"] and f"{folder}/password=[REDACTED" in listing["content"]
+    viewed = await edit(session, command="view", path=str(folder / "password=hunter33"))
+    assert viewed["is_error"] is False and "hunter33" not in viewed["content"]
+    assert "hunter33" not in str(events(audit, host))
+
+
+async def test_a_listing_shows_only_what_the_policy_lets_view(host: Host, audit: AuditLog, work: Path) -> None:
+    ok = work / "ok"
+    put(ok / "a.txt", "a\n")
+    put(ok / "secret" / "key.pem", "k\n")
+    put(work / "notok" / "n.txt", "n\n")
+    (ok / "etclink").symlink_to("/etc")
+    (ok / "dl").symlink_to(work / "notok")
+    gated = host.model_copy(update={"edit": EditPolicy(allow=[str(ok)], deny=[str(ok / "secret")])})
+    async with RemoteBashSession(gated, audit=audit) as s:
+        listing = await edit(s, command="view", path=str(ok))
+        assert listing["is_error"] is False
+        lines = listing["content"].splitlines()
+        assert lines[1:-1] == [str(ok), f"{ok}/a.txt", f"{ok}/dl/", f"{ok}/etclink/"]
+        assert "(2 entries this host's edit policy refuses to view left out)" in lines[-1]
+        through = await edit(s, command="view", path=str(ok / "dl"))
+        assert through["is_error"] is True and "outside the paths" in through["content"]
+
+
+async def test_a_write_through_a_link_is_put_to_the_approval_rules_as_its_target(host: Host, audit: AuditLog,
+                                                                                 work: Path) -> None:
+    from remote_bash.approval import Approval, Need
+    from remote_bash.models import WritesOutsideRule
+
+    asked: list[str] = []
+
+    async def yes(_host: Host, command: str, need: Need) -> Approval:
+        asked.append(command)
+        return Approval(True, "once", by="tester")
+
+    ok = work / "ok"
+    put(ok / "in.txt", "i\n")
+    target = put(work / "notok" / "t", "old\n")
+    (ok / "fl").symlink_to(target)
+    ruled = host.model_copy(update={"approve": [WritesOutsideRule(writes_outside=[str(ok)])]})
+    async with RemoteBashSession(ruled, audit=audit) as s:
+        refused = await edit(s, command="str_replace", path=str(ok / "fl"), old_str="old", new_str="new")
+        assert refused["is_error"] is True and "needs a person's approval" in refused["content"]
+        assert target.read_text() == "old\n"
+        inside = await edit(s, command="str_replace", path=str(ok / "in.txt"), old_str="i", new_str="j")
+        assert inside["is_error"] is False  # a write inside asks nothing
+        approved = await EditTool(s, approver=yes).handle(use({"command": "str_replace", "path": str(ok / "fl"),
+                                                                "old_str": "old", "new_str": "new"}))
+    assert approved["is_error"] is False and target.read_text() == "new\n"
+    assert asked == [f"# text editor: str_replace '{ok}/fl' (a link to '{target}')\ncat > '{target}'"]
+
+
+async def test_a_star_in_the_edit_policy_stops_at_a_slash(host: Host, audit: AuditLog, work: Path) -> None:
+    top = put(work / "x.conf", "top\n")
+    deep = put(work / "sub" / "deep" / "x.conf", "deep\n")
+    gated = host.model_copy(update={"edit": EditPolicy(allow=[f"{work}/*.conf", f"{work}/any/**/*.conf"],
+                                                       deny=[f"{work}/*.key"])})
+    put(work / "any" / "a" / "b" / "y.conf", "y\n")
+    put(work / "sub" / "z.key", "k\n")
+    async with RemoteBashSession(gated, audit=audit) as s:
+        assert (await edit(s, command="view", path=str(top)))["is_error"] is False
+        refused = await edit(s, command="view", path=str(deep))
+        assert refused["is_error"] is True and "outside the paths" in refused["content"]
+        assert (await edit(s, command="view", path=f"{work}/any/a/b/y.conf"))["is_error"] is False
+        denied = await edit(s, command="view", path=f"{work}/sub/z.key")  # a deny covers no less than it did
+        assert denied["is_error"] is True and "outside the paths" not in denied["content"]

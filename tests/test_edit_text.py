@@ -152,6 +152,21 @@ def test_edit_policy(path: str, command: str, allowed: bool) -> None:
     assert check_path(path, command, policy).allowed is allowed
 
 
+@pytest.mark.parametrize(("path", "pattern", "matches"), [
+    ("/srv/x.conf", "/srv/*.conf", True), ("/srv/x.conf/inner", "/srv/*.conf", True),
+    ("/srv/sub/deep/x.conf", "/srv/*.conf", False), ("/srv/sub/x.conf", "/srv/?ub/*.conf", True),
+    ("/srv/sub/x.conf", "/srv/**/*.conf", True), ("/srv/x.conf", "/srv/**/*.conf", True),
+    ("/srv/a/b/c", "/srv/**", True), ("/srvx/a", "/srv/**", False), ("/a/b", "/", True),
+    ("/srv/a1", "/srv/a[0-9]", True), ("/srv/a/", "/srv/a[/]", False), ("/srv/ab", "/srv/a[!b]", False),
+])
+def test_a_star_stops_at_a_slash_and_two_cross_it(path: str, pattern: str, matches: bool) -> None:
+    assert check_path(path, "view", EditPolicy(allow=[pattern])).allowed is matches
+
+
+def test_a_deny_star_still_covers_deeper_paths() -> None:
+    assert not check_path("/etc/ssl/x.key", "view", EditPolicy(deny=["/etc/*.key"])).allowed
+
+
 def test_read_only_and_default_policy() -> None:
     assert check_path("/any", "str_replace", EditPolicy()).allowed
     decision = check_path("/any", "insert", EditPolicy(read_only=True))

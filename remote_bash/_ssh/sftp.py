@@ -155,7 +155,8 @@ class SftpFiles:
 
     async def listing(self, path: str, *, depth: int, limit: int) -> list[tuple[str, bool]]:
         """Entries under ``path`` up to ``depth`` levels, hidden ones left out, as (relative
-        path, is a directory), sorted; at most ``limit`` entries."""
+        path, is a directory), sorted; at most ``limit`` entries. A link to a directory is listed
+        as one, never entered (it may lead anywhere)."""
         found: list[tuple[str, bool]] = []
 
         async def walk(rel: str, level: int) -> None:
@@ -173,12 +174,13 @@ class SftpFiles:
                 child = posixpath.join(rel, name) if rel else name
                 perms = entry.attrs.permissions or 0
                 is_dir = stat_mod.S_ISDIR(perms)
-                if stat_mod.S_ISLNK(perms):
+                link = stat_mod.S_ISLNK(perms)
+                if link:
                     with contextlib.suppress(asyncssh.SFTPError):
                         is_dir = stat_mod.S_ISDIR((await self._client.stat(posixpath.join(here, name))).permissions
                                                   or 0)
                 found.append((child, is_dir))
-                if is_dir and level < depth:
+                if is_dir and not link and level < depth:  # a link is listed, not entered
                     await walk(child, level + 1)
 
         try:

@@ -7,7 +7,9 @@ is sent to the host.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import posixpath
+import re
 from dataclasses import dataclass
 
 from remote_bash.models import EditPolicy
@@ -41,11 +43,63 @@ def normalize(path: str) -> str:
     return "/" + out.lstrip("/") if out.startswith("//") else out
 
 
-def _matches(path: str, pattern: str) -> bool:
-    folder = pattern.rstrip("/")
-    return fnmatch.fnmatchcase(path, pattern) or fnmatch.fnmatchcase(path, folder) or (
-        path.startswith(folder + "/") if folder and not any(c in folder for c in "*?[") else
-        fnmatch.fnmatchcase(path, folder + "/*"))
+@functools.lru_cache(maxsize=512)
+def _glob(pattern: str) -> re.Pattern[str]:
+    """A path glob as a regular expression: ``*`` and ``?`` stop at ``/``, ``**`` crosses it
+    (``**/`` is any number of directories, none included), ``[...]`` is one character but ``/``."""
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            j = i + 1
+            if j < n and pattern[j] == "!":
+                j += 1
+            if j < n and pattern[j] == "]":
+                j += 1
+            j = pattern.find("]", j)
+            if j < 0:
+                out.append(re.escape(c))
+            else:
+                body = pattern[i + 1:j]
+                negate = body.startswith("!")
+                body = body[1:] if negate else body
+                chars = body.replace("\\", "\\\\").replace("^", "\\^").replace("[", "\\[")
+                out.append(f"(?![/])[{'^' if negate else ''}{chars}]")
+                i = j
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile("".join(out))
+
+
+def _matches(path: str, pattern: str, *, across: bool = False) -> bool:
+    """``path`` is ``pattern``'s match or below one (a directory covers what is below it).
+    ``across``: ``*`` may also match across ``/``, as deny patterns did before ``*`` stopped at
+    ``/`` (a deny never covers less than it did)."""
+    folder = pattern.rstrip("/") or "/"
+    glob = _glob(folder)
+    here = path
+    while True:
+        if glob.fullmatch(here):
+            return True
+        if here == "/":
+            break
+        here = posixpath.dirname(here)
+    return across and any(c in folder for c in "*?[") and (
+        fnmatch.fnmatchcase(path, folder) or fnmatch.fnmatchcase(path, folder + "/*"))
 
 
 @dataclass(frozen=True)
@@ -61,7 +115,7 @@ def check_path(path: str, command: str, policy: EditPolicy) -> PathDecision:
         return PathDecision(False, f"this host's edit policy is read-only: {command} is refused; only view is "
                                    "allowed", "read_only")
     for pattern in policy.deny:
-        if _matches(path, pattern):
+        if _matches(path, pattern, across=True):
             return PathDecision(False, f"{path} is denied by this host's edit policy (deny: {pattern})",
                                 f"deny:{pattern}")
     if policy.allow is not None and not any(_matches(path, p) for p in policy.allow):

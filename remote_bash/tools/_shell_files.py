@@ -60,7 +60,9 @@ n=0
 for a in *; do
   [ -e "$a" ] || [ -L "$a" ] || continue
   n=$((n+1)); [ "$n" -gt "$2" ] && exit 0
-  if [ -d "$a" ]; then
+  if [ -d "$a" ] && [ -L "$a" ]; then
+    printf 'd%s\0' "$a"
+  elif [ -d "$a" ]; then
     printf 'd%s\0' "$a"
     for b in "$a"/*; do
       [ -e "$b" ] || [ -L "$b" ] || continue

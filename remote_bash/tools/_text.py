@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from remote_bash.errors import RemoteBashError
@@ -42,6 +42,14 @@ MAX_LISTED_LINES = 20
 """Line numbers named in a "several occurrences" error, at most."""
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _HUNK = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@")
+
+Clean = Callable[[str], str]
+"""What one line (or one name) of a file becomes when it is shown: its terminal control text
+removed and its secrets masked (the session gives it); the identity here, where nothing is shown."""
+
+
+def _same(text: str) -> str:
+    return text
 
 
 class EditRefused(RemoteBashError):
@@ -113,8 +121,11 @@ def _int(value: object) -> bool:
 
 
 def view_file(doc: Document, path: str, view_range: object | None,
-              max_characters: int | None) -> str:
-    """The numbered view of a file, or of ``view_range`` ``[start, end]`` (1-based, ``-1`` = to the end)."""
+              max_characters: int | None, clean: Clean = _same) -> str:
+    """The numbered view of a file, or of ``view_range`` ``[start, end]`` (1-based, ``-1`` = to the end).
+
+    Each line is shown as ``clean`` makes it; the lines it changed are named in a note, since
+    old_str must match what the file holds, not what is shown."""
     lines = split_lines(display(doc.text))
     total = len(lines)
     note = ""
@@ -139,7 +150,15 @@ def view_file(doc: Document, path: str, view_range: object | None,
             end = total
         elif end < start:
             raise EditRefused(f"view_range end {end} is before its start {start}; use -1 to view to the end")
-    body = number_lines(lines[start - 1:end], start)
+    shown = [clean(line) for line in lines[start - 1:end]]
+    changed = [start + i for i, (raw, line) in enumerate(zip(lines[start - 1:end], shown, strict=True))
+               if raw != line]
+    if changed:
+        more = ", ..." if len(changed) > MAX_LISTED_LINES else ""
+        note += (f" (line(s) {', '.join(map(str, changed[:MAX_LISTED_LINES]))}{more} hold terminal control "
+                 "characters or carriage returns, removed here as from bash output: old_str must match the "
+                 "file's exact characters, so match text beside them, or change those lines with bash)")
+    body = number_lines(shown, start)
     cut = ""
     if max_characters is not None and len(body) > max_characters:
         body = body[:max_characters]
@@ -200,22 +219,27 @@ def insert_lines(text: str, after: object, insert_text: str, path: str) -> tuple
     return result, after + 1, after + len(added)
 
 
-def snippet(text: str, first: int, last: int, path: str) -> str:
-    """The result of an edit: the changed lines with a few lines around them, numbered."""
+def snippet(text: str, first: int, last: int, path: str, clean: Clean = _same) -> str:
+    """The result of an edit: the changed lines with a few lines around them, numbered, each as
+    ``clean`` makes it."""
     lines = split_lines(text)
     start = max(1, first - SNIPPET_LINES)
     end = min(len(lines), max(last, first) + SNIPPET_LINES)
-    shown = number_lines([display(line) for line in lines[start - 1:end]], start) if lines else \
+    shown = number_lines([clean(display(line)) for line in lines[start - 1:end]], start) if lines else \
         "(the file is now empty)"
     return (f"The file {path} has been edited. Here's the result of the change, with line numbers:\n{shown}\n"
             "Review the change and make sure it is as expected; edit the file again if not.")
 
 
-def diff_excerpt(before: str, after: str, path: str, limit: int = 2000) -> str:
-    """A unified diff of the change, cut to about ``limit`` characters, for the audit log.
+def diff_excerpt(before: str, after: str, path: str, limit: int = 2000, *, clean: Clean = _same,
+                 mask: Clean = _same) -> str:
+    """A unified diff of the change, cut to at most ``limit`` characters, for the audit log.
 
     Only the region between the first and the last differing line is compared, so a small
-    change in a large file costs little."""
+    change in a large file costs little. Each line's text is shown as ``clean`` makes it; the
+    whole diff is ``mask``-ed before the cut, which then falls at a line's end (within a line
+    only when the first line is longer than ``limit``), so a secret is never cut before it is
+    masked."""
     same = _common_prefix(before, after)
     end_same = _common_prefix(before[same:][::-1], after[same:][::-1])
     # Whole lines around the differing characters, two more on each side.
@@ -229,15 +253,20 @@ def diff_excerpt(before: str, after: str, path: str, limit: int = 2000) -> str:
     new_end = _line_end(after, len(after) - end_same, 3)
     old_win, new_win = split_lines(before[start:old_end]), split_lines(after[start:new_end])
     out = []
-    for line in difflib.unified_diff(old_win, new_win, f"a{path}", f"b{path}", n=2, lineterm=""):
+    for i, line in enumerate(difflib.unified_diff(old_win, new_win, f"a{path}", f"b{path}", n=2, lineterm="")):
         match = _HUNK.match(line)
         if match:
             a, b = int(match.group(1)) + base, int(match.group(3)) + base
             line = f"@@ -{a}{match.group(2) or ''} +{b}{match.group(4) or ''} @@"
-        out.append(display(line))
-    text = "\n".join(out)
+            out.append(line)
+        elif i < 2:
+            out.append(line)  # the file names, as given
+        else:
+            out.append(line[:1] + clean(display(line[1:])))
+    text = mask("\n".join(out))
     if len(text) > limit:
-        text = text[:limit] + f"\n[... diff cut at {limit:,} characters]"
+        end = text.rfind("\n", 0, limit + 1)
+        text = (text[:end] if end > 0 else text[:limit]) + f"\n[... diff cut at {limit:,} characters]"
     return text
 
 
@@ -263,12 +292,16 @@ def _line_end(text: str, pos: int, lines: int) -> int:
     return pos
 
 
-def format_listing(path: str, entries: Sequence[tuple[str, bool]], limit: int) -> str:
-    """A directory view: the directory, then each entry as a full path (directories end in /)."""
+def format_listing(path: str, entries: Sequence[tuple[str, bool]], limit: int, clean: Clean = _same, *,
+                   stopped: bool | None = None) -> str:
+    """A directory view: the directory, then each entry as a full path (directories end in /),
+    each name in it as ``clean`` makes it."""
     root = path.rstrip("/") or "/"
     prefix = "" if root == "/" else root
-    lines = [f"{display(prefix)}/{display(name)}{'/' if is_dir else ''}" for name, is_dir in entries]
-    more = f"\n[... listing stopped at {limit:,} entries: view a subdirectory]" if len(entries) >= limit else ""
+    lines = [f"{prefix}/{'/'.join(clean(display(part)) for part in name.split('/'))}{'/' if is_dir else ''}"
+             for name, is_dir in entries]
+    more = f"\n[... listing stopped at {limit:,} entries: view a subdirectory]" if (
+        len(entries) >= limit if stopped is None else stopped) else ""
     body = "\n".join([root, *lines])
     return (f"Here are the files and directories up to 2 levels deep in {root}, excluding hidden items:\n"
             f"{body}{more}")

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from remote_bash._ssh import FileInfo, SshConnection
 from remote_bash.errors import AccessDenied, AuditError, ConnectError, RemoteBashError, RemoteFileError
-from remote_bash.framing import shell_quote
+from remote_bash.framing import clean_text, shell_quote
 
 from . import _text
 from ._base import SessionTool, ask_approval, tool_result
@@ -71,6 +71,8 @@ class _Outcome:
 
     def __init__(self) -> None:
         self.fields: dict[str, Any] = {}
+        self.target: str | None = None
+        """The file a link points to, when the path is one."""
 
 
 @dataclass(eq=False, kw_only=True)
@@ -105,27 +107,42 @@ class EditHandler(SessionTool):
         path = normalize(str(tool_input["path"]))
         refusal = await self._refuse(command, path, tool_use_id)
         if refusal:
-            return self._reply(tool_use_id, refusal, True)
-        said = approval_text(tool_input)
+            return self._reply(tool_use_id, refusal, True, path)
+        host = self.session.host
+        deadline = self.timeout if self.timeout is not None else host.command_timeout
+        target: str | None = None
+        if command in WRITES and host.approve:
+            # The rules are asked about the file that is written: through a link, its target.
+            try:
+                target = await self._resolve(path, deadline)
+            except (RemoteBashError, TimeoutError) as exc:
+                why = exc.message if isinstance(exc, RemoteBashError) else f"no answer within {deadline:g} s"
+                return self._reply(tool_use_id, f"Error: nothing was done: where {path} leads could not be looked "
+                                                f"up to ask this host's approval rules: {why}", True, path)
+            if target != path:
+                refusal = await self._refuse(command, target, tool_use_id)
+                if refusal:
+                    return self._reply(tool_use_id, refusal.replace("refused before", "refused (the path is a "
+                                                                    "link) before"), True, path, target)
+        said = approval_text(tool_input, target)
         if said is not None:
             try:
                 refusal = await ask_approval(self.session, said, tool_use_id, self.approver)
             except AuditError as exc:
                 refusal = f"Error: nothing was done, because it could not be audited: {exc.message}"
             if refusal:
-                return self._reply(tool_use_id, refusal.replace("this command", "this edit"), True)
-        host = self.session.host
-        deadline = self.timeout if self.timeout is not None else host.command_timeout
+                return self._reply(tool_use_id, refusal.replace("this command", "this edit"), True, path, target)
         outcome = _Outcome()
         started = time.monotonic()
         try:
             async with self.session.exclusive() as conn:
-                await self.session.audit("edit.start", strict=True, command=command, path=path,
+                await self.session.audit("edit.start", strict=True, command=command, path=self._path(path),
                                          tool_use_id=tool_use_id)
                 try:
                     async with asyncio.timeout(deadline):
                         files = await self._files(conn, deadline)
-                        text, is_error = await self._do(files, command, path, tool_input, tool_use_id, outcome)
+                        text, is_error = await self._do(files, command, path, tool_input, tool_use_id, outcome,
+                                                        target)
                 except TimeoutError:
                     text, is_error = (f"Error: the {command} of {path} did not finish within {deadline:g} s; "
                                       + ("the file is either as it was or wholly replaced (a write is a rename, "
@@ -144,16 +161,16 @@ class EditHandler(SessionTool):
                     raise
                 await self._end(command, path, tool_use_id, outcome, started)
         except AccessDenied as exc:  # the host gate; already audited by it
-            return self._reply(tool_use_id, f"Error: refused before anything was sent: {exc.message}", True)
+            return self._reply(tool_use_id, f"Error: refused before anything was sent: {exc.message}", True, path)
         except AuditError as exc:
             return self._reply(tool_use_id, f"Error: nothing was done, because it could not be audited: "
-                                            f"{exc.message}", True)
+                                            f"{exc.message}", True, path)
         except ConnectError as exc:
-            return self._reply(tool_use_id, f"Error: could not reach the host: {exc.message}", True)
+            return self._reply(tool_use_id, f"Error: could not reach the host: {exc.message}", True, path)
         except RemoteBashError as exc:
             return self._reply(tool_use_id, f"Error: {exc.message}; the file was not changed unless "
-                                            "a view of it says otherwise.", True)
-        return self._reply(tool_use_id, text, is_error)
+                                            "a view of it says otherwise.", True, path, outcome.target)
+        return self._reply(tool_use_id, text, is_error, path, outcome.target)
 
     # -- policy, audit, result --------------------------------------------------------
 
@@ -161,18 +178,57 @@ class EditHandler(SessionTool):
         decision = check_path(path, command, self.session.host.edit)
         if decision.allowed:
             return None
-        await self.session.audit("policy.denied", command=f"{command} {path}", path=path, tool_use=TOOL_NAME,
-                                 tool_use_id=tool_use_id, rule=decision.rule, error=decision.reason)
+        shown = self._path(path)
+        await self.session.audit("policy.denied", command=f"{command} {shown}", path=shown, tool_use=TOOL_NAME,
+                                 tool_use_id=tool_use_id, rule=decision.rule,
+                                 error=decision.reason.replace(path, shown))
         return f"Error: refused before anything was sent: {decision.reason}."
 
     async def _end(self, command: str, path: str, tool_use_id: str | None, outcome: _Outcome,
                    started: float) -> None:
-        await self.session.audit("edit.end", command=command, path=path, tool_use_id=tool_use_id,
-                                 duration=round(time.monotonic() - started, 6), **outcome.fields)
+        fields = dict(outcome.fields)
+        if outcome.target:
+            fields["target"] = self._path(outcome.target)
+        if isinstance(fields.get("error"), str):
+            fields["error"] = self._shown(fields["error"], path, outcome.target)
+        await self.session.audit("edit.end", command=command, path=self._path(path), tool_use_id=tool_use_id,
+                                 duration=round(time.monotonic() - started, 6), **fields)
 
-    def _reply(self, tool_use_id: str | None, text: str, is_error: bool) -> dict[str, Any]:
-        shown, _cut = _text.bound(self.session.redact(text), self.session.host.output_limit)
+    # What Claude reads and the audit records follow the bash tool's output: terminal control
+    # text removed, carriage returns collapsed (masked before and after), secrets masked. The
+    # file itself is read and written byte for byte.
+
+    def _clean(self, text: str) -> str:
+        """``text`` as the bash tool shows a command's output."""
+        redact = self.session.redact
+        return redact(clean_text(text, redact=redact))
+
+    def _line(self, line: str) -> str:
+        """One line of a file as it is shown: the whole text is masked again after."""
+        return clean_text(line, redact=self.session.redact)
+
+    def _path(self, path: str) -> str:
+        """A path as it is shown and recorded: each name in it cleaned and masked on its own, as
+        ``ls`` shows it (a secret in a file name follows a ``/``, where no rule looks for it)."""
+        return "/".join(self._clean(part) for part in path.split("/"))
+
+    def _shown(self, text: str, *paths: str | None) -> str:
+        for path in paths:
+            if path:
+                shown = self._path(path)
+                if shown != path:
+                    text = text.replace(path, shown)
+        return self._clean(text)
+
+    def _reply(self, tool_use_id: str | None, text: str, is_error: bool, *paths: str | None) -> dict[str, Any]:
+        shown, _cut = _text.bound(self._shown(text, *paths), self.session.host.output_limit)
         return tool_result(tool_use_id, shown, is_error)
+
+    async def _resolve(self, path: str, deadline: float) -> str:
+        """Where ``path`` leads on the host, every link followed (metadata only)."""
+        async with self.session.exclusive() as conn, asyncio.timeout(deadline):
+            files = await self._files(conn, deadline)
+            return (await files.inspect(path)).path
 
     async def _files(self, conn: SshConnection, deadline: float) -> _Files:
         sftp = await conn.sftp(timeout=deadline)
@@ -181,11 +237,15 @@ class EditHandler(SessionTool):
     # -- the commands -------------------------------------------------------------------
 
     async def _do(self, files: _Files, command: str, path: str, args: Mapping[str, Any],
-                  tool_use_id: str | None, outcome: _Outcome) -> tuple[str, bool]:
+                  tool_use_id: str | None, outcome: _Outcome, approved: str | None = None) -> tuple[str, bool]:
         outcome.fields["via"] = "sftp" if not isinstance(files, ShellFiles) else "shell"
         info = await files.inspect(path)
+        if approved is not None and info.path != approved:
+            outcome.target = info.path
+            raise _text.EditRefused(f"{path} now leads to {info.path}, not to {approved} as when this host's "
+                                    "approval rules were asked; nothing was written: try again")
         if info.path != path:
-            outcome.fields["target"] = info.path
+            outcome.target = info.path
             refusal = await self._refuse(command, info.path, tool_use_id)
             if refusal:
                 outcome.fields["error"] = "refused by the edit policy (symbolic link target)"
@@ -205,8 +265,17 @@ class EditHandler(SessionTool):
                 raise _text.EditRefused(f"{path} is a directory; {command} works on files")
             if "view_range" in args and args["view_range"] is not None:
                 raise _text.EditRefused("view_range applies to files; view a directory without it")
-            entries = await files.listing(info.path, depth=2, limit=LIST_LIMIT)
-            return _text.format_listing(path, entries, LIST_LIMIT), False
+            found = await files.listing(info.path, depth=2, limit=LIST_LIMIT)
+            # What the policy would refuse to view is not listed either.
+            policy = self.session.host.edit
+            entries = [(name, is_dir) for name, is_dir in found
+                       if check_path(posixpath.join(info.path, name), "view", policy).allowed]
+            listing = _text.format_listing(path, entries, LIST_LIMIT, self._clean, stopped=len(found) >= LIST_LIMIT)
+            left_out = len(found) - len(entries)
+            if left_out:
+                listing += (f"\n({left_out} {'entry' if left_out == 1 else 'entries'} this host's edit policy "
+                            "refuses to view left out)")
+            return listing, False
         view_range = args.get("view_range") if command == "view" else None
         if info.size > MAX_FILE_BYTES:
             raise _text.EditRefused(f"{path} is {info.size:,} bytes; the editor reads files up to "
@@ -230,7 +299,7 @@ class EditHandler(SessionTool):
         doc = _text.decode(data)
         if command == "view":
             outcome.fields["bytes_read"] = len(data)
-            return _text.view_file(doc, path, view_range, self.max_characters), False
+            return _text.view_file(doc, path, view_range, self.max_characters, self._line), False
         if command == "str_replace":
             old = doc.normalize(str(args["old_str"]))
             new = doc.normalize(str(args.get("new_str") or ""))
@@ -253,11 +322,12 @@ class EditHandler(SessionTool):
             outcome.fields["bytes_written"] = 0
             return f"The file {path} is unchanged: new_str is the same as old_str. Nothing was written.", False
         new_data = _text.encode(text, doc.crlf)
-        outcome.fields["diff"] = self.session.redact(_text.diff_excerpt(doc.text, text, path, DIFF_LIMIT))
+        outcome.fields["diff"] = _text.diff_excerpt(doc.text, text, self._path(path), DIFF_LIMIT, clean=self._line,
+                                                    mask=self._clean)
         kept = await files.write(info.path, new_data, mode=info.mode, owner=(info.uid, info.gid), create=False)
         outcome.fields.update(sha256_after=hashlib.sha256(new_data).hexdigest(), bytes_written=len(new_data),
                               owner_kept=kept)
-        result = _text.snippet(text, first, last, path)
+        result = _text.snippet(text, first, last, path, self._line)
         if not kept:
             result += (f"\nNote: the file belonged to uid {info.uid}, gid {info.gid}; the new file is owned by the "
                        "remote user, who may not give files away.")
@@ -276,7 +346,8 @@ class EditHandler(SessionTool):
             raise _text.EditRefused(f"the directory {posixpath.dirname(path)} does not exist; create it with bash "
                                     "(mkdir -p) first")
         data = file_text.encode("utf-8", "surrogateescape")
-        outcome.fields["diff"] = self.session.redact(_text.diff_excerpt("", file_text, path, DIFF_LIMIT))
+        outcome.fields["diff"] = _text.diff_excerpt("", file_text, self._path(path), DIFF_LIMIT, clean=self._line,
+                                                    mask=self._clean)
         await files.write(info.path, data, mode=NEW_FILE_MODE, owner=None, create=True)
         outcome.fields.update(sha256_after=hashlib.sha256(data).hexdigest(), bytes_written=len(data))
         lines = len(_text.split_lines(file_text))
@@ -306,13 +377,15 @@ def _text_problem(name: str, value: object) -> str | None:
     return None
 
 
-def approval_text(tool_input: Mapping[str, Any]) -> str | None:
+def approval_text(tool_input: Mapping[str, Any], target: str | None = None) -> str | None:
     """The shell text an edit is put to the host's approval rules as (they read shell text): a write
-    as what it does; None for a read."""
+    as what it does, to ``target`` when the path is a link to it; None for a read."""
     command = str(tool_input.get("command"))
     if command not in WRITES:
         return None
     path = shell_quote(normalize(str(tool_input.get("path"))))
+    if target is not None and shell_quote(target) != path:
+        return f"# text editor: {command} {path} (a link to {shell_quote(target)})\ncat > {shell_quote(target)}"
     return f"# text editor: {command} {path}\ncat > {path}"
 
 
