@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -85,6 +86,10 @@ async def _check_all(ctx: _Context, inventory: Inventory, hosts: Sequence[Host])
 
         from remote_bash.errors import RemoteBashError
 
+        def failed(exc: RemoteBashError) -> dict[str, Any]:
+            return {"host": host.name, "ok": False, "error": _one_line(exc.message),
+                    "error_type": type(exc).__name__, "duration": round(time.monotonic() - started, 3)}
+
         async with limit:
             started = time.monotonic()
             session, _redactor = await _session(ctx, inventory, host.name)
@@ -93,14 +98,20 @@ async def _check_all(ctx: _Context, inventory: Inventory, hosts: Sequence[Host])
                 info = session.info
                 assert info is not None
                 distribution = await _distribution(session)
-                return {"host": host.name, "ok": True, "address": _address(session), "user": info.user,
-                        "host_key": info.host_key, "distribution": distribution, "os": info.os,
-                        "bash_version": info.bash_version, "duration": round(time.monotonic() - started, 3)}
+                row = {"host": host.name, "ok": True, "address": _address(session), "user": info.user,
+                       "host_key": info.host_key, "distribution": distribution, "os": info.os,
+                       "bash_version": info.bash_version, "duration": round(time.monotonic() - started, 3)}
             except RemoteBashError as exc:
-                return {"host": host.name, "ok": False, "error": _one_line(exc.message),
-                        "error_type": type(exc).__name__, "duration": round(time.monotonic() - started, 3)}
-            finally:
+                row = failed(exc)
+            except BaseException:
+                with contextlib.suppress(RemoteBashError):
+                    await session.close()
+                raise
+            try:
                 await session.close()
+            except RemoteBashError as exc:  # a lost connection whose leftovers could not be stopped
+                row = failed(exc)
+            return row
 
     return list(await asyncio.gather(*(one(h) for h in hosts)))
 
