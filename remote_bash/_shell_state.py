@@ -57,9 +57,14 @@ _NUMERIC_TEST = re.compile(r"-(?:eq|ne|lt|le|gt|ge)\b")
 # ``:=``, ``:?``, ``:+``; a subscript too long to look at counts as the start of one).
 _OLD_ARITHMETIC = re.compile(r"\$\[")
 _OFFSET = re.compile(r"\$\{[#!]?(?:[A-Za-z_]\w*|\d+|[@*#?$!-])(?:\[[^\]]{0,64}\]:|\[(?=[^\]]{65})|:)(?![-=?+])")
-_ARITHMETIC_ASSIGNS = re.compile(r"([$}]?)(" + NAME + r"|)\s*" + _SUBSCRIPT
-                                 + r"\s*(?:(?:[-+*/%&|^]|<<|>>|\*\*)?=(?!=)|\[)"
-                                 r"|(?:\+\+|--)\s*(\$?)(" + NAME + r")|(\$?)(" + NAME + r")\s*(?:\+\+|--)")
+# A name starts only where no name character comes before it and is never given back: each
+# character is looked at a bounded number of times, so the search is linear in the text's length
+# (``$((aaa...))`` of any length; a name right after a digit, ``1ab``, is no number bash accepts).
+_ATOMIC_NAME = r"(?<![A-Za-z0-9_])(?>" + NAME + r")"
+_ARITHMETIC_ASSIGNS = re.compile(r"(?:(?P<d1>[$}])(?P<n1>(?>" + NAME + r")?)|(?P<n1b>" + _ATOMIC_NAME + r"))"
+                                 r"\s*+" + _SUBSCRIPT + r"\s*+(?:(?:[-+*/%&|^]|<<|>>|\*\*)?=(?!=)|\[)"
+                                 r"|(?:\+\+|--)\s*+(?P<d2>\$?)(?P<n2>(?>" + NAME + r"))"
+                                 r"|(?P<d3>\$?)(?P<n3>" + _ATOMIC_NAME + r")\s*+(?:\+\+|--)")
 # A '$' that starts no expansion of its own: the end of a value, or before '[', '%', a quote...
 LONE_DOLLAR = re.compile(r"\$(?![A-Za-z0-9_{(@*#?!$-])")
 
@@ -155,9 +160,10 @@ def arithmetic_assigned(text: str) -> list[str]:
     expansion names (``$x=5``)."""
     names = []
     for match in _ARITHMETIC_ASSIGNS.finditer(text):
-        dollar, name = next((match.group(k), match.group(k + 1)) for k in (1, 3, 5) if match.group(k + 1) is not None)
-        if not dollar and not name:
-            continue  # the second '=' of '==', or '=' after a number or an operator: no assignment
+        # '$x=5', '${x}=5', '$x++': an expansion names the target; '=' after a number, an operator
+        # or the first '=' of '==' matches nothing.
+        dollar = match.group("d1") or match.group("d2") or match.group("d3")
+        name = match.group("n1") or match.group("n1b") or match.group("n2") or match.group("n3") or ""
         names.append("" if dollar or not name else name)
     return names
 
@@ -259,6 +265,12 @@ def declared(base: str, values: list[str]) -> list[str]:
     return names
 
 
+def _name_of(word: str) -> str:
+    """The variable a word such as ``NAME``, ``NAME[i]`` or ``NAME=value`` names."""
+    named = re.match(NAME, word)
+    return named.group(0) if named else word
+
+
 def command_assigned(base: str, words: list[tuple[str, bool]]) -> list[Assignment]:
     """The variables a command assigns by its arguments (not its ``NAME=value`` prefix): a
     ``for``/``select`` loop, ``let``, ``coproc NAME``, the builtins that take names, and the
@@ -272,8 +284,8 @@ def command_assigned(base: str, words: list[tuple[str, bool]]) -> list[Assignmen
             len(values) == 1 or values[1] in ("{", "(", "((", "[[", "if", "for", "while", "until", "case", "select")):
         return [Assignment(values[0], "coproc"), Assignment(values[0] + "_PID", "coproc")]
     if base in NAMERS:
-        return [Assignment(word if literal else "", f"{base}") for word, literal in named_variables(base, words)]
-    return [Assignment(re.split(r"[\[+=]", word, maxsplit=1)[0], base) for word in declared(base, values)]
+        return [Assignment(_name_of(word) if literal else "", base) for word, literal in named_variables(base, words)]
+    return [Assignment(_name_of(word), base) for word in declared(base, values)]
 
 
 def assembles_substitution(base: str, args: list[str], joins: bool) -> str | None:
