@@ -44,11 +44,22 @@ from remote_bash._programs import (
     wrapper_starts,
 )
 from remote_bash._shell_state import (
+    DECLARING,
     LATER,
+    LONE_DOLLAR,
     LOOKUP_VARIABLES,
+    NAME,
+    NAMERS,
+    Assignment,
+    arithmetic_assigned,
+    arithmetic_texts,
+    assembles_substitution,
     carries_substitution,
+    command_assigned,
+    declared,
     decode_ansi_c,
     lookup_change,
+    text_assigned,
     text_options,
 )
 from remote_bash.models import ApproveRule, Host, RegexApproveRule, WritesOutsideRule
@@ -98,35 +109,7 @@ _CODE_VARIABLES = re.compile(
     r"|SHELL|BROWSER|EXINIT|VIMINIT|MYVIMRC|\w*_RSH|RSYNC_CONNECT_PROG|TAR_OPTIONS|ZIPOPT")
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?\+?=")
 _DECLARERS = frozenset({"export", "declare", "typeset", "readonly", "local"})
-# Builtins whose operands (and option values such as ``printf -v NAME``, ``wait -p NAME``) name
-# variables they assign or unset.
-_NAMERS: dict[str, tuple[str, str]] = {  # the options that take a name, and those that take another value
-    "read": ("a", "dinNptu"), "mapfile": ("", "dnOsuCc"), "readarray": ("", "dnOsuCc"), "printf": ("v", ""),
-    "wait": ("p", ""), "unset": ("", ""), "getopts": ("", "")}
-_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
-# A subscript after a name; a longer or unclosed one leaves a '[' that counts as a possible
-# assignment of the name, which keeps every pattern below linear in the text's length.
-_SUBSCRIPT = r"(?:\[[^\]]{0,64}\])?"
-# Constructs that assign a variable without a NAME=value word: ``${NAME:=word}``/``${NAME=word}``
-# (``${!REF:=word}`` assigns the variable REF names), and ``{NAME}>file``, which stores the new
-# descriptor's number in NAME.
-_EXPANSION_ASSIGNS = re.compile(r"\$\{(!?)(" + _NAME + r")" + _SUBSCRIPT + r"(:?=|\[)")
-_FD_NAMES = re.compile(r"(?<![^\s;&|(<>])\{(" + _NAME + r")\}(?=[<>])")
-# Commands that assign the variables their arguments name: a name spelled by an expansion may be any.
-_DECLARING = re.compile(r"(?<![\w-])(?:export|declare|typeset|local|readonly|env)\s([^;&|\n]*)")
-# Arithmetic (``((...))``, ``$((...))``, array subscripts, ``[[ ... -eq ... ]]``, ``let``) assigns
-# with ``=``, ``+=``, ... and ``++``/``--``; a target spelled by an expansion (``$x=5``) is any name.
-_ARITHMETIC = re.compile(r"\(\((.*?)(?:\)\)|$)|\[\[(.*?)(?:\]\]|$)|\w\[([^\]]*)(?:\]|$)"
-                         r"|(?<![\w-])let\s([^;&|\n]*)", re.DOTALL)
-_NUMERIC_TEST = re.compile(r"-(?:eq|ne|lt|le|gt|ge)\b")
-# The old arithmetic expansion ``$[...]``, and the offset of ``${x:OFFSET:LENGTH}`` (not ``:-``,
-# ``:=``, ``:?``, ``:+``; a subscript too long to look at counts as the start of one).
-_OLD_ARITHMETIC = re.compile(r"\$\[")
-_OFFSET = re.compile(r"\$\{[#!]?(?:[A-Za-z_]\w*|\d+|[@*#?$!-])(?:\[[^\]]{0,64}\]:|\[(?=[^\]]{65})|:)(?![-=?+])")
 _ANSI_C = re.compile(r"\$'((?:[^'\\]|\\.)*)'", re.DOTALL)
-_ARITHMETIC_ASSIGNS = re.compile(r"([$}]?)(" + _NAME + r"|)\s*" + _SUBSCRIPT
-                                 + r"\s*(?:(?:[-+*/%&|^]|<<|>>|\*\*)?=(?!=)|\[)"
-                                 r"|(?:\+\+|--)\s*(\$?)(" + _NAME + r")|(\$?)(" + _NAME + r")\s*(?:\+\+|--)")
 # ssh, scp and sftp: their options that take a value, the -o settings that run a local command (or
 # read settings that may), and the options that name a program to run or a library to load.
 _SSH_VALUES = {"ssh": "BbcDEeFIiJLlmOoPpQRSWw", "scp": "cDFiJlPoSX", "sftp": "BbcDFiJlPoRSs"}
@@ -245,7 +228,7 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
     # Bounded in commands read, and in words queued and characters read again (a wrapper read two
     # ways queues a command more than once; eval of eval reads its text again), both linear in the
     # text's length. Past the bound the rest is unread, so it asks.
-    reading = _Reading(list(parsed.redirects), 16 * len(command) + 4096, _arithmetic_texts(command, True),
+    reading = _Reading(list(parsed.redirects), 16 * len(command) + 4096, arithmetic_texts(command, True),
                        _integers(command), joins="(" in command)
     redirects = reading.redirects
     for _ in range(4 * len(command) + 16):
@@ -269,10 +252,9 @@ def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None
         need = _assigns(base, words[1:])
         if need is not None:
             return need
-        if base == "printf" and any(carries_substitution(decode_ansi_c(a)) for a in args):
-            return _CARRIES  # printf spells '$' from \x24 or \044 in what it stores or prints
-        if base == "printf" and reading.joins and any(_LONE_DOLLAR.search(decode_ansi_c(a)) for a in args):
-            return _JOINED  # printf -v x 'a[%c(rm F)]' '$' assembles 'a[$(rm F)]' from its pieces
+        assembled = assembles_substitution(base, args, reading.joins)
+        if assembled is not None:  # printf -v x 'a[%c(rm F)]' '$' assembles 'a[$(rm F)]' from its pieces
+            return _CARRIES if assembled == "carries" else _JOINED
         need = _classify(base, args, classes)
         if need is not None:
             return need
@@ -310,8 +292,6 @@ _CARRIES = Need("substitution-data", "quoted text holds '$(' or '`': bash runs i
 _JOINED = Need("substitution-data", "a '$' on its own is set or printed where a '(' follows in the text: joined, "
                                    "they make a command substitution that bash runs if the value is used in "
                                    "arithmetic, so it may run later")
-# A '$' that starts no expansion of its own: the end of a value, or before '[', '%', a quote...
-_LONE_DOLLAR = re.compile(r"\$(?![A-Za-z0-9_{(@*#?!$-])")
 
 
 def _state_change(functions: list[str], data: list[str]) -> Need | None:
@@ -386,128 +366,41 @@ def _assigns(base: str, words: list[tuple[str, bool]]) -> Need | None:
     """Whether a command that assigns variables by name (a ``for``/``select`` loop, ``read``,
     ``printf -v``, ``mapfile``, ``getopts``, ``wait -p``, ``unset``, ``let``) sets one that changes
     what runs, or one whose name is known only after expansion."""
-    values = [w for w, _ in words]
-    if base in ("for", "select"):
-        return _risky_assignment(values[:1])
-    if base == "let":
-        return _arithmetic_assigns(" ".join(values))
-    if base == "coproc" and values and re.fullmatch(_NAME, values[0]) and (
-            len(values) == 1 or values[1] in ("{", "(", "((", "[[", "if", "for", "while", "until", "case", "select")):
-        return _risky_assignment([values[0], values[0] + "_PID"])  # coproc NAME assigns NAME and NAME_PID
-    if base not in _NAMERS:
-        return None
-    takes_name, takes_value = _NAMERS[base]
-    names: list[tuple[str, bool]] = []
-    operands: list[tuple[str, bool]] = []
-    i = 0
-    while i < len(words):
-        word = words[i][0]
-        if operands or word in ("-", "+") or word[:1] not in "-+" or base == "getopts":
-            operands.append(words[i])
-        elif word == "--":
-            operands += words[i + 1:]
-            break
-        else:
-            for j, letter in enumerate(word[1:], start=1):
-                if letter in takes_name + takes_value:
-                    value = (word[j + 1:], words[i][1]) if j + 1 < len(word) else \
-                        words[i + 1] if i + 1 < len(words) else ("", True)
-                    i += 0 if j + 1 < len(word) else 1
-                    if letter in takes_name:
-                        names.append(value)
-                    break
-        i += 1
-    if base in ("read", "mapfile", "readarray", "unset"):
-        names += operands
-    elif base == "getopts":
-        names += operands[1:2]
-    for _, literal in names:
-        if not literal:
-            return Need("environment", f"{base} sets a variable whose name is known only after expansion, so "
-                                       "what it changes cannot be told")
-    return _risky_assignment([word for word, _ in names])
+    if base in _DECLARERS or base == "env":
+        return None  # read with their values in _inner_command
+    return _assignments_need(command_assigned(base, words))
+
+
+def _assignments_need(found: list[Assignment]) -> Need | None:
+    """Whether these assignments set a variable that changes what runs (``PATH=5`` in arithmetic
+    makes a directory named 5 the search path), or one named by an expansion."""
+    for assignment in found:
+        if not assignment.name:
+            return Need("environment", f"{assignment.form} sets a variable whose name is known only after "
+                                       "expansion, so what it changes cannot be told")
+    return _risky_assignment([assignment.name for assignment in found])
 
 
 def _arithmetic_assigns(text: str) -> Need | None:
-    """Whether arithmetic text assigns a variable that changes what runs (``PATH=5`` makes a
-    directory named 5 the search path), or one named by an expansion."""
-    names = []
-    for match in _ARITHMETIC_ASSIGNS.finditer(text):
-        dollar, name = next((match.group(k), match.group(k + 1)) for k in (1, 3, 5) if match.group(k + 1) is not None)
-        if not dollar and not name:
-            continue  # the second '=' of '==', or '=' after a number or an operator: no assignment
-        if dollar or not name:
-            return Need("environment", "arithmetic assigns a variable whose name is known only after expansion, so "
-                                       "what it changes cannot be told")
-        names.append(name)
-    return _risky_assignment(names)
+    """Whether arithmetic text assigns a variable that changes what runs, or one named by an expansion."""
+    return _assignments_need([Assignment(name, "arithmetic") for name in arithmetic_assigned(text)])
 
 
 def _assigns_in_text(text: str) -> Need | None:
     """Assignments the words do not show: ``${NAME:=word}``, ``{NAME}>file``, and arithmetic."""
-    names = []
-    for match in _EXPANSION_ASSIGNS.finditer(text):
-        if match.group(1):
-            return Need("environment", f"${{!{match.group(2)}:=...}} assigns the variable {match.group(2)} names, "
-                                       "which is known only after expansion")
-        names.append(match.group(2))
-    names += _FD_NAMES.findall(text)
-    for match in _DECLARING.finditer(text):
-        if re.search(r"(?:^|\s)[\"']?[$`]", match.group(1)):
-            return Need("environment", "it sets a variable whose name is known only after expansion, so what it "
-                                       "changes cannot be told")
-    need = _risky_assignment(names)
-    if need is not None:
-        return need
-    for arithmetic in _arithmetic_texts(text, False):
-        need = _arithmetic_assigns(arithmetic)
-        if need is not None:
-            return need
-    return None
-
-
-def _balanced_end(text: str, start: int, opening: str, closing: str) -> int:
-    """Where the bracket opened just before ``start`` closes (the text's end when it does not)."""
-    depth = 1
-    for i in range(start, len(text)):
-        if text[i] == opening:
-            depth += 1
-        elif text[i] == closing:
-            depth -= 1
-            if depth == 0:
-                return i
-    return len(text)
-
-
-def _arithmetic_texts(text: str, references: bool) -> list[str]:
-    """The texts bash evaluates as arithmetic: ``((...))``, ``$((...))``, subscripts, ``let``,
-    ``[[ ... ]]``, the old ``$[...]`` and the offset and length of ``${x:OFFSET:LENGTH}``.
-    With ``references``, a ``[[ ... ]]`` counts only when it compares numbers (``-eq``, ...): the
-    texts are then read for the variables they name, not for assignments."""
-    texts = []
-    for match in _ARITHMETIC.finditer(text):
-        found = next(g for g in match.groups() if g is not None)
-        if not references or match.group(2) is None or _NUMERIC_TEST.search(found):
-            texts.append(found)
-    for pattern, opening, closing in ((_OLD_ARITHMETIC, "[", "]"), (_OFFSET, "{", "}")):
-        position = 0
-        while (opened := pattern.search(text, position)) is not None:
-            end = _balanced_end(text, opened.end(), opening, closing)
-            texts.append(text[opened.end():end])
-            position = max(end, opened.end())  # what is nested inside was read with it: linear
-    return texts
+    return _assignments_need(text_assigned(text))
 
 
 def _integers(text: str) -> set[str]:
     """The names a ``declare -i`` (``typeset``, ``local``, ``export``, ``readonly``) in the text makes
     integers: bash evaluates every value later assigned to one as arithmetic."""
     names: set[str] = set()
-    for match in _DECLARING.finditer(text):
+    for match in DECLARING.finditer(text):
         if match.group(0).startswith("env"):
             continue
         words = match.group(1).split()
         if any(re.fullmatch(r"-[a-zA-Z]*i[a-zA-Z]*", w) for w in words):
-            names.update(m.group(1) for w in words if (m := re.match(r"[\"']?(" + _NAME + ")", w)))
+            names.update(m.group(1) for w in words if (m := re.match(r"[\"']?(" + NAME + ")", w)))
     return names
 
 
@@ -523,7 +416,7 @@ def _values_assigned(words: list[tuple[str, bool]], reading: _Reading) -> Need |
         integer = any(re.fullmatch(r"-[a-zA-Z]*i[a-zA-Z]*", w) for w, _ in rest[1:])
     elif base == "printf":
         for i, (word, _) in enumerate(rest[1:-1], start=1):
-            if word.startswith("-v") and re.fullmatch(_NAME, word[2:] or rest[i + 1][0]):
+            if word.startswith("-v") and re.fullmatch(NAME, word[2:] or rest[i + 1][0]):
                 name = word[2:] or rest[i + 1][0]
                 tail = [w for w, _ in rest[i + (1 if word[2:] else 2):]]
                 # What printf stores is assembled from its format and arguments: with a directive
@@ -539,7 +432,7 @@ def _values_assigned(words: list[tuple[str, bool]], reading: _Reading) -> Need |
         assert match is not None
         name, value = match.group(1), word[match.end():]
         reading.values.setdefault(name, []).append((value, literal))
-        if reading.joins and _LONE_DOLLAR.search(value):
+        if reading.joins and LONE_DOLLAR.search(value):
             return _JOINED  # d=$'\x24'; x="a[${d}(rm F)]" splices '$' before '('
         if integer or name in reading.integers:
             need = _arithmetic_assigns(value)
@@ -551,7 +444,7 @@ def _values_assigned(words: list[tuple[str, bool]], reading: _Reading) -> Need |
 def _arithmetic_on_values(reading: _Reading) -> Need | None:
     """Whether arithmetic names a variable whose value, set in the same text, assigns in turn when
     bash evaluates it (``x=PATH=5; echo $((x))``): a value in arithmetic is arithmetic too."""
-    todo = [name for text in reading.arithmetic for name in re.findall(_NAME, text)]
+    todo = [name for text in reading.arithmetic for name in re.findall(NAME, text)]
     seen: set[str] = set()
     while todo:
         name = todo.pop()
@@ -565,7 +458,7 @@ def _arithmetic_on_values(reading: _Reading) -> Need | None:
             need = _arithmetic_assigns(value)
             if need is not None:
                 return need
-            todo += re.findall(_NAME, value)
+            todo += re.findall(NAME, value)
     return None
 
 
@@ -706,12 +599,7 @@ def _inner_command(base: str, words: list[tuple[str, bool]],
                 inner += read
         return inner
     if base in _DECLARERS or base == "env":
-        names = [w for w in values if _ASSIGN.match(w)]
-        if base in _DECLARERS:
-            names += [w for w in values if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", w)]
-            if any(re.fullmatch(r"-[a-zA-Z]*n[a-zA-Z]*", w) for w in values):  # a name reference
-                names += [w.split("=", 1)[1] for w in values if "=" in w]
-        need = _risky_assignment(names)
+        need = _risky_assignment(declared(base, values))
         if need is not None or base in _DECLARERS:
             return need or []
     options = text_options(base, words)
@@ -721,7 +609,7 @@ def _inner_command(base: str, words: list[tuple[str, bool]],
         read = _read_text(f"{base} -{letter}", reading, value)
         if isinstance(read, Need) or read:
             return read
-    if base in _NAMERS:
+    if base in NAMERS:
         return []
     if base == "sed":
         runs, _ = sed_effects(values)
@@ -956,7 +844,7 @@ def _read_text(what: str, reading: _Reading,
     if need is not None:
         return need
     reading.redirects += inner.redirects
-    reading.arithmetic += _arithmetic_texts(text, True)
+    reading.arithmetic += arithmetic_texts(text, True)
     reading.integers |= _integers(text)
     return inner.commands
 

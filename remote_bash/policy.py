@@ -10,9 +10,10 @@ whatever it runs, and bash's grammar is larger than the parser here. Least privi
 
 When in doubt the parser refuses: a command it cannot read, or whose name is only known after an
 expansion (``$cmd``, ``l?``, ``{rm,-rf}``), is not allowed through an allowlist. Neither is a
-variable assignment (``LD_PRELOAD=x.so cat``, ``PATH=/tmp``), since a variable can change what an
-allowed program runs, unless the allowlist names it as ``NAME=``; and a name entry allows only
-the bare name, never a path ending in it (``/tmp/x/cat``, ``./cat``).
+variable assignment in any form the approval reader knows (``LD_PRELOAD=x.so cat``, ``PATH=/tmp``,
+``printf -v PATH``, ``$((PATH=5))``, ``{PATH}>f``, ...: ``_shell_state`` finds them for both), since
+a variable can change what an allowed program runs, unless the allowlist names it as ``NAME=``; and
+a name entry allows only the bare name, never a path ending in it (``/tmp/x/cat``, ``./cat``).
 
 Deny patterns run on a linear-time engine (RE2, see ``_regex``): a command of any length is
 checked in time proportional to its length, whatever the pattern.
@@ -29,9 +30,13 @@ from remote_bash._programs import awk_programs
 from remote_bash._regex import LinearPattern, PatternError, compile_linear
 from remote_bash._shell_state import (
     LOOKUP_VARIABLES,
+    Assignment,
+    assembles_substitution,
     carries_substitution,
+    command_assigned,
     decode_ansi_c,
     lookup_change,
+    text_assigned,
     text_options,
 )
 from remote_bash.models import CommandPolicy
@@ -128,21 +133,13 @@ def check_command(command: str, policy: CommandPolicy) -> PolicyDecision:
             "send one simple command per call"
         )
         return PolicyDecision(False, f"allow_operators: {op}", reason)
-    refused = _shell_state_refusal(parsed)
+    refused = _shell_state_refusal(parsed, "(" in command)
     if refused is not None:
         return PolicyDecision(False, "allow", f"{refused} {listing}")
     for words in parsed.commands:
-        for assigned in _assignments(words):
-            if assigned in LOOKUP_VARIABLES:
-                reason = f"the assignment {assigned}=... changes what later commands run {listing}"
-                return PolicyDecision(False, "allow", reason)
-            if assigned not in variables:
-                reason = (
-                    f"the assignment {assigned}=... is not allowed on this host: a variable can change what "
-                    f"an allowed command runs or loads (LD_PRELOAD, PATH, PYTHONPATH); list '{assigned}=' in "
-                    f"allow to permit it {listing}"
-                )
-                return PolicyDecision(False, "allow", reason)
+        refused = _assignment_refusal([Assignment(name, "") for name in _assignments(words)], variables)
+        if refused is not None:
+            return PolicyDecision(False, "allow", f"{refused} {listing}")
         word = _command_name(words)
         if word is None:
             continue
@@ -163,6 +160,12 @@ def check_command(command: str, policy: CommandPolicy) -> PolicyDecision:
             return PolicyDecision(
                 False, "allow", f"command {word.value!r} is not in this host's allowlist {listing}"
             )
+    # Every name is listed: now the variables set by arguments (printf -v, read, let, export...)
+    # and by the text itself (arithmetic, ${NAME:=...}, {NAME}>), which last for later calls too.
+    found = [a for words in parsed.commands for a in _assigned_by(words)] + text_assigned(command)
+    refused = _assignment_refusal(found, variables)
+    if refused is not None:
+        return PolicyDecision(False, "allow", f"{refused} {listing}")
     return PolicyDecision(True, "allow", "every command is in this host's allowlist")
 
 
@@ -199,7 +202,36 @@ def simple_commands(command: str) -> SimpleCommands | None:
     )
 
 
-def _shell_state_refusal(parsed: _Parsed) -> str | None:
+def _assignment_refusal(found: list[Assignment], variables: frozenset[str]) -> str | None:
+    """Why assigning these variables is refused: a name known only after expansion, a variable that
+    changes what later command names run, or one the allowlist does not name as ``NAME=``."""
+    for assignment in found:
+        name, form = assignment.name, f" ({assignment.form})" if assignment.form else ""
+        if not name:
+            return (f"{assignment.form} assigns a variable whose name is known only after expansion, so it "
+                    "cannot be checked against this host's allowlist")
+        if name in LOOKUP_VARIABLES:
+            return f"the assignment {name}=...{form} changes what later commands run"
+        if name not in variables:
+            return (f"the assignment {name}=...{form} is not allowed on this host: a variable can change what an "
+                    f"allowed command runs or loads (LD_PRELOAD, PATH, PYTHONPATH); list '{name}=' in allow "
+                    "to permit it")
+    return None
+
+
+def _assigned_by(words: list[_Word]) -> list[Assignment]:
+    """The variables a command assigns by its arguments (``printf -v``, ``read``, ``let``,
+    ``export``, ``env NAME=...``, ...), after ``builtin``/``command``."""
+    name = _command_name(words)
+    if name is None:
+        return []
+    rest = words[words.index(name) + 1:]
+    while name.value in ("builtin", "command") and rest:
+        name, rest = rest[0], rest[1:]
+    return command_assigned(name.value, [(w.value, w.literal) for w in rest])
+
+
+def _shell_state_refusal(parsed: _Parsed, joins: bool) -> str | None:
     """Why the text is refused whatever the allowlist lists: it defines a function (which would
     shadow a listed name with unlisted behaviour), changes what later command names run, makes a
     builtin run text, or holds data that bash may later run (see ``_shell_state``)."""
@@ -218,15 +250,15 @@ def _shell_state_refusal(parsed: _Parsed) -> str | None:
         while name.value in ("builtin", "command") and rest:
             name, rest = rest[0], rest[1:]
         values = [w.value for w in rest]
+        assembled = assembles_substitution(name.value, values, joins)
+        if assembled is not None:
+            return ("printf spells '$(' or '`' from escapes, or a '$' to be joined to a '(' in the text: bash runs "
+                    "what it assembles if the value is used in arithmetic, so it is not allowed with an allowlist")
         why = lookup_change(name.value, values)
         if why is not None:
             return f"{why}, so it is not allowed with an allowlist"
         for letter, _ in text_options(name.value, [(w.value, w.literal) for w in rest]):
             return f"{name.value} -{letter} runs a command or function, so it is not allowed with an allowlist"
-        if name.value in ("read", "printf", "mapfile", "readarray", "declare", "typeset", "local", "export",
-                          "readonly") and any(re.split(r"[^A-Za-z0-9_]", v, maxsplit=1)[0] in LOOKUP_VARIABLES
-                                      for v in values):
-            return f"{name.value} sets a variable that changes what later commands run"
     return None
 
 

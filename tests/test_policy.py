@@ -223,7 +223,7 @@ def test_every_command_is_checked_even_glued_to_operators(command: str, culprit:
     ],
 )
 def test_text_that_only_looks_like_commands(command: str) -> None:
-    policy = CommandPolicy(allow=["cat", "ls", "grep", "echo", "true", "["])
+    policy = CommandPolicy(allow=["cat", "ls", "grep", "echo", "true", "[", "i="])  # ((i = ...)) assigns i
     assert check_command(command, policy).allowed, command
 
 
@@ -410,7 +410,11 @@ def test_a_disallowed_command_anywhere_is_refused(commands: list[str], where: in
 def test_quoted_arguments_never_add_commands(name: str, args: list[str]) -> None:
     text = shlex.join([name, *args])
     carries = any("$(" in a or "`" in a for a in args)  # data bash may later evaluate: refused
-    assert check_command(text, SINGLE).allowed is not carries
+    # Text that may be arithmetic (a subscript 'A[', '((', 'let ') is read for the variables it
+    # would assign, across quotes: it may be refused too, so the property holds for the rest.
+    arithmetic = any(mark in text for mark in ("[", "((", "let", "${"))
+    if carries or not arithmetic:
+        assert check_command(text, SINGLE).allowed is not carries
 
 
 @pytest.mark.parametrize(
@@ -437,7 +441,8 @@ def test_function_definitions_are_refused(command: str) -> None:
 
 
 LISTED = CommandPolicy(allow=["cat", "ls", "echo", "awk", "hash", "shopt", "enable", "alias", "mapfile", "readarray",
-                              "compgen", "complete", "bind", "fc", "let", "set", "BASH_CMDS=", "BASH_ALIASES="])
+                              "compgen", "complete", "bind", "fc", "let", "set", "BASH_CMDS=", "BASH_ALIASES=",
+                              "a="])  # mapfile -t a assigns a
 
 
 @pytest.mark.parametrize("command", [
@@ -526,3 +531,93 @@ def test_a_dollar_spelled_in_ansi_c_quotes_joined_to_a_parenthesis_is_refused(co
     # the word's value is a[$(rm F)], which bash runs if it is ever used in arithmetic
     decision = check_command(command, CHAINED)
     assert not decision.allowed and "'$('" in decision.reason, decision
+
+
+# --- assignments in any form, and '$(' assembled by printf ---------------------------------------
+
+ATTACKED = CommandPolicy(allow=["cat", "ls", "echo", "printf", "test", "[", "true"], allow_operators=False)
+
+
+@pytest.mark.parametrize("command", [
+    "printf -v x 'a[%c(touch /tmp/PWN)]' '$'", "printf -v z '%b' 'a[\\x24(touch F)]'",
+    "printf -v y a[%c%s] $ '(whoami >&2)'", "printf 'a[%c(touch F)]' '$'", "printf '%b' 'a[\\x24(touch F)]'",
+    "printf '%b' 'a[\\044(touch F)]'", "printf '\\x60touch F\\x60'",
+])
+def test_printf_assembling_a_command_substitution_is_refused(command: str) -> None:
+    decision = check_command(command, ATTACKED)
+    assert not decision.allowed and decision.rule == "allow", (command, decision)
+    assert "'$('" in decision.reason, decision
+
+
+@pytest.mark.parametrize(("command", "variable"), [
+    ("printf -v PATH %s /nonexistent", "PATH"), ("echo $((PATH=5))", "PATH"), ("echo $[PATH=7]", "PATH"),
+    ("echo ${HOME:0:PATH=3}", "PATH"), ("test -v 'a[PATH=9]'", "PATH"), ("echo hi {PATH}>/dev/null", "PATH"),
+    ("printf -v LD_PRELOAD %s /tmp/x.so", "LD_PRELOAD"), ("printf -v BASH_ENV %s /tmp/x", "BASH_ENV"),
+    ("printf -v IFS %s /", "IFS"), ("printf -vPATH %s /tmp", "PATH"), ("printf -v x %s 1", "x"),
+    ("echo ${x:=1}", "x"), ("echo $((i++))", "i"), ("echo $((--i))", "i"), ("echo $((x+=1))", "x"),
+    ("[ -v 'a[PATH=9]' ]", "PATH"), ("echo ${HOME:PATH=1}", "PATH"), ("echo \"$((PATH=5))\"", "PATH"),
+])
+def test_every_form_of_assignment_is_refused_with_an_allowlist(command: str, variable: str) -> None:
+    decision = check_command(command, ATTACKED)
+    assert not decision.allowed and decision.rule == "allow", (command, decision)
+    assert f"list '{variable}=' in allow" in decision.reason, decision
+
+
+@pytest.mark.parametrize("command", ["echo $(($x=5))", "echo ${!r:=1}"])
+def test_an_assignment_to_a_name_built_by_expansion_is_refused(command: str) -> None:
+    decision = check_command(command, ATTACKED)
+    assert not decision.allowed and "known only after expansion" in decision.reason, decision
+
+
+@pytest.mark.parametrize(("command", "allow"), [
+    ("read x", ["read"]), ("read -r -a arr", ["read"]), ("mapfile lines < f", ["mapfile"]),
+    ("unset HOME", ["unset"]), ("getopts ab opt", ["getopts"]), ("wait -p pid", ["wait"]),
+    ("let PATH=5", ["let"]), ("((PATH = 5))", []), ("export PATH", ["export"]), ("declare x=1", ["declare"]),
+    ("local -n r=PATH", ["local"]), ("env LD_PRELOAD=/tmp/x.so cat f", ["env", "cat"]),
+])
+def test_builtins_that_assign_by_name_are_refused_even_when_listed(command: str, allow: list[str]) -> None:
+    decision = check_command(command, CommandPolicy(allow=allow))
+    assert not decision.allowed and decision.rule == "allow", (command, decision)
+
+
+@pytest.mark.parametrize("command", [
+    "printf '%s\\n' a", "printf 'cost: $5 (est)\\n'", "printf '%d items\\n' 3", "echo $((1+2))",
+    "echo $(( 7 * (2 + 1) ))", "test -f /etc/hosts", "[ -f /etc/hosts ]", "test 3 -eq 3", "echo ${HOME:0:3}",
+    "echo ${HOME:-/root}", "cat 'a[1]'", "echo a == b", "ls -l", "echo $[1+2]",
+])
+def test_plain_commands_that_assign_nothing_still_pass(command: str) -> None:
+    decision = check_command(command, ATTACKED)
+    assert decision.allowed, (command, decision)
+
+
+def test_a_listed_variable_may_be_assigned_in_any_form() -> None:
+    policy = CommandPolicy(allow=["echo", "printf", "read", "i="])
+    for command in ("echo $((i++))", "printf -v i %s 1", "read i", "echo ${i:=0}"):
+        assert check_command(command, policy).allowed, command
+    assert not check_command("printf -v i 'a[%c(touch F)]' '$'", policy).allowed
+
+
+async def test_assembled_substitutions_and_assignments_never_reach_the_host(web1: Host, tmp_path: Path) -> None:
+    from remote_bash import PolicyDenied, RemoteBashSession
+    from remote_bash.audit import AuditLog
+
+    audit = AuditLog(tmp_path / "audit")
+    host = web1.model_copy(update={"policy": ATTACKED})
+    made = Path(f"/tmp/rb-policy-pwn-{os.getpid()}")
+    refused_forms = [f"printf -v x 'a[%c(touch {made})]' '$'", f"printf -v z '%b' 'a[\\x24(touch {made})]'",
+                     "printf -v PATH %s /nonexistent", "echo $((PATH=5))", "echo $[PATH=7]",
+                     "echo hi {PATH}>/dev/null", "test -v 'a[PATH=9]'"]
+    try:
+        async with RemoteBashSession(host, audit=audit) as s:
+            for command in refused_forms:
+                with pytest.raises(PolicyDenied):
+                    await s.run(command)
+            # Had any of them run, x or z would now touch the file, or PATH would have no ls.
+            assert (await s.run("echo $((x)) $((z))")).output == "0 0\n"
+            listed = await s.run("ls -d /")
+            assert (listed.exit_code, listed.output) == (0, "/\n")
+        assert not made.exists()
+        started = [r["command"] for r in audit.read("web-1") if r["event"] == "exec.start"]
+        assert started == ["echo $((x)) $((z))", "ls -d /"], started
+    finally:
+        made.unlink(missing_ok=True)
