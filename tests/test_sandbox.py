@@ -755,3 +755,30 @@ def test_a_killed_one_off_sandbox_is_abandoned_and_stop_removes_it_but_not_a_liv
             end_processes(number, number)
             with contextlib.suppress(ConfigError):
                 remove_user(name)
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="plants a record owned by another UID")
+@pytest.mark.parametrize("attack", ["shared directory", "foreign file"])
+def test_a_one_off_record_someone_else_could_write_is_refused(operator: dict[str, str], attack: str) -> None:
+    env = operator
+    directory = Path(env["XDG_STATE_HOME"]) / "remote-bash" / "sandbox"
+    directory.mkdir(parents=True, mode=0o700)
+    # A dead owner, and a "sandbox" that is this test's own process: removing it would kill pytest.
+    planted = {"backend": "unisolated", "address": "127.0.0.1", "port": 1, "user": "x", "identity_file": "/x",
+               "known_hosts": "/x", "pid": os.getpid(), "owner_pid": 2 ** 22 + 1, "owner_start": "1"}
+    rundir = directory / "run-planted"
+    rundir.mkdir(mode=0o700)
+    record = rundir / "one-off.json"
+    record.write_text(json.dumps(planted))
+    if attack == "shared directory":
+        rundir.chmod(0o777)  # anyone could have replaced the record
+    else:
+        os.chown(record, 65534, 65534)  # not the operator's file
+    for action in (["status"], ["stop"], ["start", "--backend", "unisolated"]):
+        out = cli(env, "sandbox", *action)
+        assert out.returncode not in (0, 3), out.stdout
+        assert f"refusing to use {rundir}" in out.stderr, out.stderr
+    assert record.exists()
+    rundir.chmod(0o700)
+    os.chown(record, 0, 0)
+    record.unlink()

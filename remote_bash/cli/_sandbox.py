@@ -49,6 +49,8 @@ def _cmd_sandbox(ctx: _Context) -> int:
         info = sandbox.stop(ctx.env)
         _out("sandbox: not running\n" if info is None else f"sandbox: stopped ({info.backend}: {info.where()})\n")
         return 0
+    for one in sandbox.stop_abandoned(ctx.env):
+        _out(f"sandbox: removed an abandoned one-off ({one.backend}: {one.where()})\n")
     already = sandbox.running(ctx.env)
     if already is not None:
         _out(f"sandbox: already running, backend {already.backend}, {already.address} port {already.port}\n")

@@ -364,7 +364,16 @@ class _OneOff:
     owner_start: str
 
     def owner_alive(self) -> bool:
-        return bool(self.owner_start) and _start_time(self.owner_pid) == self.owner_start
+        if self.owner_start:
+            return _start_time(self.owner_pid) == self.owner_start
+        # Recorded without /proc: the pid alone, so a reused pid keeps the sandbox, never the reverse.
+        try:
+            os.kill(self.owner_pid, 0)
+        except ProcessLookupError:
+            return False
+        except OSError:
+            return True
+        return self.owner_pid > 0
 
 
 def _one_offs(env: Mapping[str, str]) -> list[_OneOff]:
