@@ -11,6 +11,7 @@ import contextlib
 import getpass
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -684,3 +685,100 @@ def test_a_local_sandbox_whose_sshd_died_is_half_stopped_and_stop_removes_its_us
         assert cli(env, "sandbox", "status").stdout == "sandbox: not running\n"
     finally:
         cli(env, "sandbox", "stop")
+
+
+def _one_off(env: dict[str, str], tag: str) -> tuple[subprocess.Popen[bytes], str, int]:
+    """A one-off ``exec`` of a sleeping command, started through the CLI and waited for until the
+    command runs in its sandbox: the process, the throwaway user and its UID."""
+    marker = Path(f"/tmp/rb-one-off-{tag}")
+    proc = subprocess.Popen([*CLI, "exec", "--backend", "local", "--", f"touch {marker}; sleep 100"], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    wait_until(lambda: marker.exists() or proc.poll() is not None, within=60, what="the one-off's command to run")
+    assert proc.poll() is None, "the one-off exec ended before its command ran"
+    uid = marker.stat().st_uid  # the sandbox user's own file: removed with the user
+    return proc, pwd.getpwuid(uid).pw_name, uid
+
+
+def _sshd_of(user: str) -> list[int]:
+    """The sshd listening for ``user`` (its config names the user), by pid."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            # sshd rewrites its command line: "sshd: /usr/sbin/sshd -D -e -f CONFIG [listener] ...".
+            argv = (proc / "cmdline").read_bytes().replace(b"\0", b" ").split()
+            if argv and b"sshd" in argv[0] and b"-f" in argv:
+                config = Path(argv[argv.index(b"-f") + 1].decode())
+                if f"AllowUsers {user}" in config.read_text():
+                    found.append(int(proc.name))
+    return found
+
+
+@LOCAL_AS_ROOT
+def test_a_killed_one_off_sandbox_is_abandoned_and_stop_removes_it_but_not_a_live_one(
+        operator: dict[str, str]) -> None:
+    env = operator
+    live, live_user, live_uid = _one_off(env, uuid.uuid4().hex[:8])
+    killed, user, uid = _one_off(env, uuid.uuid4().hex[:8])
+    try:
+        _sshd_pid, = _sshd_of(user)
+        assert _live_processes_of(uid)
+        killed.kill()
+        killed.wait(timeout=30)
+        status = cli(env, "sandbox", "status")
+        assert "sandbox: abandoned one-off, backend local: sshd pid" in status.stdout, status.stdout
+        assert f"throwaway user {user}" in status.stdout
+        assert live_user not in status.stdout  # its owner runs: not abandoned
+        assert json.loads(cli(env, "sandbox", "status", "--json").stdout)["abandoned"][0]["user"] == user
+        stopped = cli(env, "sandbox", "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert f"removed an abandoned one-off (local: sshd pid {_sshd_pid}" in stopped.stdout
+        assert user not in _sandbox_users()
+        assert _live_processes_of(uid) == []
+        wait_until(lambda: not _sshd_of(user), within=10, what="the abandoned sandbox's sshd to end")
+        assert cli(env, "sandbox", "status").stdout == "sandbox: not running\n"
+        # The live one-off, stopped concurrently, was left alone: its user, command and sshd run on.
+        assert live.poll() is None and live_user in _sandbox_users()
+        assert _live_processes_of(live_uid) and _sshd_of(live_user)
+        live.terminate()  # as Ctrl-C: the one-off removes its own sandbox
+        assert live.wait(timeout=60) != 0
+        assert live_user not in _sandbox_users() and not _sshd_of(live_user)
+    finally:
+        for proc in (live, killed):
+            proc.kill()
+            proc.wait(timeout=30)
+        cli(env, "sandbox", "stop")
+        from remote_bash.sandbox._local import end_processes, remove_user
+
+        for name, number in ((user, uid), (live_user, live_uid)):
+            for pid in _sshd_of(name):
+                os.kill(pid, 9)
+            end_processes(number, number)
+            with contextlib.suppress(ConfigError):
+                remove_user(name)
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="plants a record owned by another UID")
+@pytest.mark.parametrize("attack", ["shared directory", "foreign file"])
+def test_a_one_off_record_someone_else_could_write_is_refused(operator: dict[str, str], attack: str) -> None:
+    env = operator
+    directory = Path(env["XDG_STATE_HOME"]) / "remote-bash" / "sandbox"
+    directory.mkdir(parents=True, mode=0o700)
+    # A dead owner, and a "sandbox" that is this test's own process: removing it would kill pytest.
+    planted = {"backend": "unisolated", "address": "127.0.0.1", "port": 1, "user": "x", "identity_file": "/x",
+               "known_hosts": "/x", "pid": os.getpid(), "owner_pid": 2 ** 22 + 1, "owner_start": "1"}
+    rundir = directory / "run-planted"
+    rundir.mkdir(mode=0o700)
+    record = rundir / "one-off.json"
+    record.write_text(json.dumps(planted))
+    if attack == "shared directory":
+        rundir.chmod(0o777)  # anyone could have replaced the record
+    else:
+        os.chown(record, 65534, 65534)  # not the operator's file
+    for action in (["status"], ["stop"], ["start", "--backend", "unisolated"]):
+        out = cli(env, "sandbox", *action)
+        assert out.returncode not in (0, 3), out.stdout
+        assert f"refusing to use {rundir}" in out.stderr, out.stderr
+    assert record.exists()
+    rundir.chmod(0o700)
+    os.chown(record, 0, 0)
+    record.unlink()

@@ -11,6 +11,7 @@ from ._lifecycle import (
     SANDBOX,
     Backend,
     SandboxInfo,
+    abandoned,
     choose_backend,
     half_stopped,
     running,
@@ -18,6 +19,7 @@ from ._lifecycle import (
     sandbox_for_command,
     start,
     stop,
+    stop_abandoned,
 )
 from ._sshd import SshdServer, clean_environment, find_sshd, generate_keypair, shared_sshd_config, start_sshd
 
@@ -27,6 +29,7 @@ __all__ = [
     "Engine",
     "SandboxInfo",
     "SshdServer",
+    "abandoned",
     "choose_backend",
     "clean_environment",
     "find_engine",
@@ -40,4 +43,5 @@ __all__ = [
     "start",
     "start_sshd",
     "stop",
+    "stop_abandoned",
 ]

@@ -10,12 +10,17 @@ A sandbox started by :func:`start` runs until :func:`stop` and is described by a
 the sandbox directory (owner-only); :func:`sandbox_for_command` reuses it, or runs one for the
 duration of a block. A stop that cannot remove everything (a throwaway user's processes or files)
 never forgets the sandbox: the state file stays, marked half-stopped with what is left, and the
-next stop or start retries. Nothing here prints: progress goes to the caller's callback.
+next stop or start retries. A one-off sandbox (:func:`sandbox_for_command` with none started) is
+recorded while it runs in its own run directory (owner-only), with the owning process's pid and
+start time: one whose owner is gone (killed before it could remove it) is abandoned, and the next
+stop, start or one-off removes it; one whose owner still runs is never touched. Nothing here
+prints: progress goes to the caller's callback.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import pwd
@@ -37,8 +42,8 @@ from ._engine import Engine, engine_named, find_engine
 from ._local import create_user, exposed_paths, local_refusal, remove_user, start_local_sshd
 from ._sshd import SshdServer, find_sshd, generate_keypair, start_sshd
 
-__all__ = ["SANDBOX", "Backend", "SandboxInfo", "choose_backend", "half_stopped", "recorded", "running", "sandbox_dir",
-           "sandbox_for_command", "start", "stop"]
+__all__ = ["SANDBOX", "Backend", "SandboxInfo", "abandoned", "choose_backend", "half_stopped", "recorded", "running",
+           "sandbox_dir", "sandbox_for_command", "start", "stop", "stop_abandoned"]
 
 SANDBOX = "sandbox"
 Backend = Literal["container", "local", "unisolated"]
@@ -273,6 +278,7 @@ def stop(env: Mapping[str, str]) -> SandboxInfo | None:
     the next stop retries; it raises :class:`ConfigError` saying what is left and what to do.
     """
     state = sandbox_dir(env) / "sandbox.json"
+    stop_abandoned(env)
     info = running(env) or half_stopped(env)
     if info is not None:
         _shutdown_or_record(info, sandbox_dir(env), over_any=True)
@@ -296,7 +302,9 @@ def _shutdown_or_record(info: SandboxInfo, directory: Path, *, over_any: bool) -
 
 
 def _finish_stopping(env: Mapping[str, str]) -> None:
-    """Before a new sandbox: finish the stop of a half-stopped one (its user, files), or refuse."""
+    """Before a new sandbox: remove abandoned one-offs, finish the stop of a half-stopped sandbox
+    (its user, files), or refuse."""
+    stop_abandoned(env)
     if half_stopped(env) is not None:
         stop(env)
 
@@ -322,12 +330,122 @@ def sandbox_for_command(env: Mapping[str, str], backend: str | None = None, *, i
         info = _launch(chosen, engine, key, rundir / "known_hosts", image=image, progress=progress,
                        private_paths=[*private_paths, directory], workdir=rundir / "sshd")
         try:
+            # Recorded while it runs: if this process is killed, the next stop, start or one-off removes it.
+            _write(rundir / _ONE_OFF, json.dumps({**asdict(info), "owner_pid": os.getpid(),
+                                                  "owner_start": _start_time(os.getpid())}, indent=2) + "\n")
             yield info.host()
         finally:
             # Where it fails, the state file keeps what is left for 'sandbox stop' to retry.
             _shutdown_or_record(info, directory, over_any=False)
     finally:
         shutil.rmtree(rundir, ignore_errors=True)
+
+
+_ONE_OFF = "one-off.json"
+
+
+def _start_time(pid: int) -> str:
+    """When ``pid`` started (clock ticks since boot, /proc/PID/stat's 22nd field); "" when it does not run.
+
+    A pid and its start time name one process: a later process given the same pid started later.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2:].split()[19]
+    except (OSError, ValueError, IndexError):
+        return ""
+
+
+@dataclass(frozen=True)
+class _OneOff:
+    info: SandboxInfo
+    rundir: Path
+    owner_pid: int
+    owner_start: str
+
+    def owner_alive(self) -> bool:
+        if self.owner_start:
+            return _start_time(self.owner_pid) == self.owner_start
+        # Recorded without /proc: the pid alone, so a reused pid keeps the sandbox, never the reverse.
+        try:
+            os.kill(self.owner_pid, 0)
+        except ProcessLookupError:
+            return False
+        except OSError:
+            return True
+        return self.owner_pid > 0
+
+
+def _one_offs(env: Mapping[str, str]) -> list[_OneOff]:
+    """The one-off sandboxes recorded in the sandbox directory, their owners alive or not."""
+    directory = sandbox_dir(env)
+    try:
+        private_dir(directory, what="the sandbox", create=False)
+        names = sorted(os.listdir(directory))
+    except (OSError, ValueError):
+        return []
+    found = []
+    for name in names:
+        if not name.startswith("run-"):
+            continue
+        rundir = directory / name
+        try:
+            # As the state file: a record someone else could write would point the stop at their processes.
+            private_dir(rundir, what="the sandbox", create=False)
+            with os.fdopen(open_private(rundir / _ONE_OFF, os.O_RDONLY, what="the sandbox"), "rb") as file:
+                data: dict[str, Any] = json.loads(file.read(1 << 20))
+            owner_pid, owner_start = int(data.pop("owner_pid")), str(data.pop("owner_start"))
+            found.append(_OneOff(SandboxInfo(**data), rundir, owner_pid, owner_start))
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+    return found
+
+
+def abandoned(env: Mapping[str, str]) -> list[SandboxInfo]:
+    """The one-off sandboxes whose owning process is gone without removing them (``stopping`` says
+    what a failed removal left)."""
+    return [one.info for one in _one_offs(env) if not one.owner_alive()]
+
+
+def stop_abandoned(env: Mapping[str, str]) -> list[SandboxInfo]:
+    """Remove every abandoned one-off sandbox (never one whose owner runs); those removed.
+
+    One that cannot be removed keeps its record, with what is left, and :class:`ConfigError` says so
+    once the others were tried.
+    """
+    removed: list[SandboxInfo] = []
+    failures: list[str] = []
+    for one in _one_offs(env):
+        if one.owner_alive():
+            continue
+        record = one.rundir / _ONE_OFF
+        try:
+            fd = open_private(record, os.O_RDONLY, what="the sandbox")
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # another process is removing it now
+            if not record.exists():
+                continue  # removed by the process that held the lock before
+            try:
+                _shutdown(one.info)
+            except ConfigError as exc:
+                failures.append(str(exc))
+                tmp = one.rundir / (_ONE_OFF + ".tmp")
+                _write(tmp, json.dumps({**asdict(one.info), "stopping": str(exc), "owner_pid": one.owner_pid,
+                                        "owner_start": one.owner_start}, indent=2) + "\n")
+                tmp.replace(record)
+                continue
+            shutil.rmtree(one.rundir, ignore_errors=True)
+            removed.append(one.info)
+        finally:
+            os.close(fd)
+    if failures:
+        raise ConfigError(f"an abandoned one-off sandbox could not be removed: {'; '.join(failures)}")
+    return removed
 
 
 def _is_sshd(pid: int) -> bool:
