@@ -304,7 +304,9 @@ class _Loop:
             "max_tokens": self.config.max_tokens,
             "system": self.system,
             "tools": self.tool_defs,
-            "messages": _with_cache_breakpoint(self.messages),
+            # Only valid text can be sent: a lone surrogate (in a tool_use id Claude made, say)
+            # goes as U+FFFD, the same in the tool_use and in its result.
+            "messages": _valid_text(_with_cache_breakpoint(self.messages)),
         }
         self.turns += 1
         self.transcript.write("request", turn=self.turns, model=self.config.model,
@@ -327,10 +329,7 @@ class _Loop:
             raise error from exc
         message = reply.model_dump(mode="json", exclude_none=True)
         self.transcript.write("response", turn=self.turns, message=message)
-        # The API takes only valid text back: a lone surrogate Claude wrote goes back as U+FFFD (the
-        # transcript keeps it as it came).
-        self.messages.append({"role": "assistant",
-                              "content": [_valid_text(block_param(b)) for b in message["content"]]})
+        self.messages.append({"role": "assistant", "content": [block_param(b) for b in message["content"]]})
         self.usage.add(reply.usage)
         self.emit(AgentEvent("usage", usage=self.usage.model_copy(), cost_usd=self.cost))
         return message

@@ -370,8 +370,8 @@ async def serve_http(server: MCPServer[Any], host: str, port: int, token: str) -
     shown = f"[{host}]" if ":" in host else host
     names = {shown, *(("127.0.0.1", "localhost", "[::1]") if host in ("127.0.0.1", "localhost", "::1") else ())}
     security = TransportSecuritySettings(enable_dns_rebinding_protection=True,
-                                         allowed_hosts=sorted(f"{name}:*" for name in names),
-                                         allowed_origins=sorted(f"http://{name}:*" for name in names))
+                                         allowed_hosts=sorted(f"{name}:{port}" for name in names),
+                                         allowed_origins=sorted(f"http://{name}:{port}" for name in names))
     app = server.streamable_http_app(transport_security=security, host=host)
     expected = f"Bearer {token}".encode()
 

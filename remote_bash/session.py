@@ -334,6 +334,9 @@ class RemoteBashSession:
         await self._interrupt_running()
         async with self._lock:
             await self._stopped()
+            if self._conn is not None and self._conn.is_closed and self.info is not None:
+                # Lost between calls: what earlier calls left in the background runs on there.
+                self._orphaned = True
             report = await self._drop_shell(kill=True)
             self._deadline.cancel()
             unstopped: ConnectionLost | None = None
@@ -1071,7 +1074,7 @@ class RemoteBashSession:
             reason = (exc.message if isinstance(exc, RemoteBashError)
                       else f"no answer within {bound:g} s")
             where = self.host.hostname
-            error = (f"the connection to {where} was lost while a command ran (it was not re-run), and "
+            error = (f"the connection to {where} was lost (no command was re-run), and "
                      f"reconnecting to stop what it left running failed ({reason}): the command may still "
                      f"be running on {where}")
             await self._audit_write("exec.kill", reason=_LOST, error=error, strict=False)

@@ -257,6 +257,17 @@ async def test_a_lone_surrogate_from_claude_is_kept_in_the_transcript(
     assert responses[0]["message"]["content"][0]["text"] == "hello \ud800 world"
 
 
+async def test_a_lone_surrogate_in_a_tool_use_id_does_not_stop_the_run_after_the_command(
+    session: RemoteBashSession, server: MessagesServer, client: anthropic.AsyncAnthropic, config: AgentConfig,
+) -> None:
+    """The command ran; sending its result back then failed on the id, and the run said nothing ran."""
+    server.add(Reply([tool_use({"command": "echo ran"}, id="toolu_\ud800")]), Reply([text("done")]))
+    outcome, _ = await run("go", session, config, client)
+    assert outcome.stop_reason == "end_turn"
+    (result,) = server.tool_results(1)
+    assert result["content"] == "ran\n" and result["tool_use_id"] == "toolu_\ufffd"
+
+
 async def test_a_tool_input_the_sdk_cannot_read_is_a_clear_error(
     session: RemoteBashSession, server: MessagesServer, client: anthropic.AsyncAnthropic, config: AgentConfig,
     home: Path, mark: str,

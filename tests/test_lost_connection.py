@@ -126,6 +126,28 @@ async def test_close_stops_what_a_call_lost_with_its_connection_left(start_host:
     assert kills[0]["processes"] >= 2  # the sleep and the shell that would have run the touch
 
 
+async def test_close_after_a_loss_between_calls_stops_what_earlier_calls_left(
+        start_host: StartHost, hosts: TestHosts, command: Command) -> None:
+    """No call was running when the connection went: a job an earlier call left in the background
+    runs on in the lost shell's place, and close() stops it as after a loss mid-command."""
+    host = start_host("idle")
+    server = hosts.servers[host.name]
+    session = RemoteBashSession(host, audit=False, kill_grace=0.3)
+    await session.start()
+    # A program the job runs (sh here) carries the session's tag; a bare ( subshell ) that outlived its
+    # shell does not (see the README's limits).
+    await session.run(f"sh -c '{command.text}' >/dev/null 2>&1 &")
+    await wait_for(command.running, within=10, what="the background job to start")
+    command.note_shell()
+    kill_all(connection_pids(server), signal.SIGKILL)
+    await wait_for(lambda: session._conn is None or session._conn.is_closed, within=10,
+                   what="the session to see its connection lost")
+    assert command.running(), "the job must outlive its connection for this test to mean anything"
+    await asyncio.wait_for(session.close(), 30)
+    await wait_for(command.gone, within=5, what="close() to stop what an earlier call left", show=command.left)
+    assert not command.file.exists()
+
+
 async def test_the_next_call_stops_the_lost_shell_too(start_host: StartHost, hosts: TestHosts,
                                                       command: Command) -> None:
     """The next call's reconnect stops the old shell, not only its tagged children: else it goes on

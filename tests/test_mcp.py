@@ -295,6 +295,9 @@ async def test_http_transport_requires_the_token(lab: dict[str, Any], tmp_path: 
             rebound = await plain.post(url, json={}, headers={"Authorization": f"Bearer {token}",
                                                               "Host": f"rebound.example:{port}"})
             assert rebound.status_code == 421
+            other_port = await plain.post(url, json={}, headers={"Authorization": f"Bearer {token}",
+                                                                 "Host": f"{address}:{port + 1}"})
+            assert other_port.status_code == 421
         async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http, \
                 Client(streamable_http_client(url, http_client=http),
                        client_info=types.Implementation(name="http-client", version="2")) as client:
