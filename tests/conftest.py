@@ -5,8 +5,9 @@ import pwd
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import pytest
@@ -54,6 +55,21 @@ def hosts() -> Iterator[TestHosts]:
         yield th
     finally:
         th.stop_all()
+
+
+@pytest.fixture
+def start_host(hosts: TestHosts) -> Iterator[Callable[..., Host]]:
+    """Start a dedicated sshd (a test may kill its connections, or stop it); stopped after the test."""
+    started: list[str] = []
+
+    def start(label: str, **fields: Any) -> Host:
+        name = f"rel-{label}-{uuid.uuid4().hex[:6]}"
+        started.append(name)
+        return hosts.start(name, **fields)
+
+    yield start
+    for name in started:
+        hosts.servers[name].stop()
 
 
 @pytest.fixture(scope="session")

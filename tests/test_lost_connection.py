@@ -19,7 +19,6 @@ import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -34,21 +33,6 @@ from .waiting import wait_for, wait_until
 pytestmark = pytest.mark.reliability
 
 StartHost = Callable[..., Host]
-
-
-@pytest.fixture
-def start_host(hosts: TestHosts) -> Iterator[StartHost]:
-    """A dedicated sshd per test (the test kills its connections, or stops it); stopped at the end."""
-    started: list[str] = []
-
-    def start(label: str, **fields: Any) -> Host:
-        name = f"lost-{label}-{uuid.uuid4().hex[:6]}"
-        started.append(name)
-        return hosts.start(name, **fields)
-
-    yield start
-    for name in started:
-        hosts.servers[name].stop()
 
 
 class Command:

@@ -21,7 +21,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -166,21 +166,6 @@ def peak_rss_mb() -> float:
 
 
 # -- fixtures ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def start_host(hosts: TestHosts) -> Iterator[StartHost]:
-    """Start a dedicated sshd (a test may kill it); stopped again after the test."""
-    started: list[str] = []
-
-    def start(label: str, **fields: Any) -> Host:
-        name = f"rel-{label}-{uuid.uuid4().hex[:6]}"
-        started.append(name)
-        return hosts.start(name, **fields)
-
-    yield start
-    for name in started:
-        hosts.servers[name].stop()
 
 
 @pytest.fixture(scope="module")
