@@ -336,7 +336,7 @@ class RemoteBashSession:
             await self._stopped()
             if self._conn is not None and self._conn.is_closed and self.info is not None:
                 # Lost between calls: what earlier calls left in the background runs on there.
-                self._orphaned = True
+                self._orphan()
             report = await self._drop_shell(kill=True)
             self._deadline.cancel()
             unstopped: ConnectionLost | None = None
@@ -1037,7 +1037,8 @@ class RemoteBashSession:
         return report
 
     def _orphan(self) -> None:
-        """The connection was lost with a call in flight: mark the session, and note its shell."""
+        """The connection was lost (with a call in flight, or between calls): mark the session, and
+        note its shell."""
         self._orphaned = True
         info = self.info
         if info is not None and info.shell_pid and info.started is not None:
