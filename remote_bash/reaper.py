@@ -33,9 +33,10 @@ This module does no I/O; nothing here runs a process.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["KillScan", "kill_script", "parse_kill_output", "uptime_ticks"]
+__all__ = ["KillScan", "kill_script", "orphan_script", "parse_kill_output", "uptime_ticks"]
 
 CALL_ENV = "REMOTE_BASH_CALL"
 SESSION_ENV = "REMOTE_BASH_SESSION"
@@ -350,3 +351,24 @@ _INT_OR_TERM = (
     '[ -n "$n" ] && kill -s INT $n 2>/dev/null; [ -n "$t" ] && kill -s TERM $t 2>/dev/null\n'
     'set -- $t; echo "RBTERM $#"; set -- $n $t\n'
 )
+
+
+# The start time (ticks since boot, the 22nd field) of the process whose /proc/PID/stat is read;
+# the fields are counted after the name, which may hold spaces and parentheses.
+_START_AWK = '{ s = $0; sub(/^.*\\) /, "", s); split(s, f, " "); print f[20] }'
+
+
+def orphan_script(match: str, lost_shells: Sequence[tuple[int, int]]) -> str:
+    """The KILL of what lost connections left: each lost shell (pid, start in ticks) with everything
+    below it, while its pid still names it, then whatever carries ``match`` (the session's tag).
+    A shell carries no tag of its own (its variables were set after it started), and it must go
+    too: once its command is killed it would run the rest of the command text (``sleep 60; rm -rf
+    build``). The process under the pid is the shell only if it started no later than the shell
+    said it had: a process that took the pid since started after."""
+    assert "'" not in _START_AWK
+    shells = "".join(
+        f"st=$(awk '{_START_AWK}' /proc/{pid}/stat 2>/dev/null)\n"
+        f'if [ -n "$st" ] && [ "$st" -le {started} ]; then\n'
+        f"{kill_script(match, 'KILL', also_pid=pid, below=pid)}fi\n"
+        for pid, started in lost_shells)
+    return shells + kill_script(match, "KILL")

@@ -1047,19 +1047,8 @@ class RemoteBashSession:
                 self._lost_shells.append(shell)
 
     def _orphan_script(self) -> str:
-        """The kill of what lost connections left: each lost shell with everything below it, while
-        its pid still names it, then whatever carries the session's tag. A shell carries no tag of
-        its own (its variables were set after it started), and it must go too: once its command
-        is killed it would run the rest of the command text (``sleep 60; rm -rf build``)."""
-        tag = f"{reaper.SESSION_ENV}={self.session_id}"
-        # The process under the pid is the shell only if it started no later than the shell said it
-        # had (its clock at start-up): a process that took the pid since started after.
-        shells = "".join(
-            f"st=$(awk '{_START_AWK}' /proc/{pid}/stat 2>/dev/null)\n"
-            f'if [ -n "$st" ] && [ "$st" -le {started} ]; then\n'
-            f"{reaper.kill_script(tag, 'KILL', also_pid=pid, below=pid)}fi\n"
-            for pid, started in self._lost_shells)
-        return shells + reaper.kill_script(tag, "KILL")
+        """The kill of what lost connections left (see :func:`reaper.orphan_script`)."""
+        return reaper.orphan_script(f"{reaper.SESSION_ENV}={self.session_id}", self._lost_shells)
 
     async def _stop_orphans(self) -> KillReport:
         """:meth:`stop_orphans`, the lock held."""
@@ -1187,11 +1176,6 @@ def _unchecked(scan: reaper.KillScan, since: int | None, what: str) -> str | Non
             f"process tree and without its tag, were left running: {shown}{more}. They may be daemons of "
             f"{what} that rewrote or cleared their environment, or another login's; this host keeps SSH "
             "logins in no cgroup of their own, so nothing tells which")
-
-
-# The start time (ticks since boot, the 22nd field) of the process whose /proc/PID/stat is read;
-# the fields are counted after the name, which may hold spaces and parentheses.
-_START_AWK = '{ s = $0; sub(/^.*\\) /, "", s); split(s, f, " "); print f[20] }'
 
 
 def _after_the_fact(message: str, event: str, host: str) -> str:
