@@ -183,12 +183,13 @@ class Redactor:
         first, text = text[:newline], text[newline + 1 :]
         lead = _LEAD_BLANKS.match(text)
         assert lead is not None  # it matches the empty string
-        if text[lead.end() : lead.end() + 1] in (" ", "\t") or _TAG_TAIL.search(first):
+        if text[lead.end() : lead.end() + 1] in (" ", "\t") or _TAG_TAIL.search(first) or first in ("", "\r"):
             # The dropped line may end in a key whose value is this line (or the one after its
             # blank lines): drop it too (unless it cannot be a value, being a key of that kind
             # itself). Any cut line may: the end of a YAML comment after a key can be any text. A
             # line cut in a start tag's ">" (or a CDATA section's "[") may be an element's whose
-            # text is the next line, indented or not.
+            # text is the next line, indented or not; and a cut right at a line's end leaves
+            # nothing of that line to tell.
             second = text.find("\n", lead.end())
             if second < 0:
                 return ""

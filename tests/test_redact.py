@@ -837,3 +837,12 @@ def test_a_multi_line_known_secret_is_held_across_reads() -> None:
     stream = redactor.stream()
     out = stream.feed("a line one\n") + stream.feed("line two b\n") + stream.flush()
     assert out == "a [REDACTED:known-secret] b\n"
+
+
+def test_a_tail_cut_right_at_a_line_end_hides_the_next_line() -> None:
+    """The dropped part of the first line is empty: nothing tells that the line before was an
+    element's start (found by the property test above)."""
+    text = "<Password><![CDATA[\npw0rd9]]>\nlast line\n"
+    for cut in (19, 10):
+        tail = REDACTOR.redact_tail(text[cut:])
+        assert "pw0rd9" not in tail and REDACTOR.redact(text).endswith(tail), (cut, tail)
