@@ -94,27 +94,55 @@ def _trigger_expression(alternatives: list[str]) -> str:
     )
 
 
-def _expressions(rules: Sequence[_Rule]) -> tuple[re.Pattern[str], str]:
-    """The trigger of ``rules`` and the source of their combined expression (rule ``i``'s groups
-    renamed ``r{i}`` and ``r{i}v...``)."""
+@dataclass(frozen=True, slots=True)
+class _Expressions:
+    """What a set of rules runs as: one trigger for all, and each rule's part of the combined expression."""
+
+    trigger: re.Pattern[str]
+    """Finds the lines worth running the rules on."""
+    parts: tuple[str, ...]
+    """Rule ``i``'s expression, its groups renamed ``r{i}`` (its end) and ``r{i}v...`` (its values)."""
+    triggers: tuple[tuple[str, tuple[int, ...]], ...]
+    """Each distinct trigger expression, with the rules it is a trigger of."""
+
+
+def _expressions(rules: Sequence[_Rule]) -> _Expressions:
+    """The trigger of ``rules`` and the parts of their combined expression."""
     triggers = [trigger for rule in rules for trigger in rule.triggers]
-    parts = []
+    parts = tuple(f"(?:{rule.pattern.replace('(?P<v', f'(?P<r{index}v')})(?P<r{index}>)"
+                  for index, rule in enumerate(rules))
+    of: dict[str, list[int]] = {}
     for index, rule in enumerate(rules):
-        body = rule.pattern.replace("(?P<v", f"(?P<r{index}v")
-        parts.append(f"(?:{body})(?P<r{index}>)")
+        for trigger in rule.triggers:
+            of.setdefault(trigger, []).append(index)
     # ASCII: keywords match in ASCII case only, in the trigger and in the rules alike.
-    return re.compile(_trigger_expression(triggers), re.ASCII), "|".join(parts)
+    return _Expressions(re.compile(_trigger_expression(triggers), re.ASCII), parts,
+                        tuple((trigger, tuple(found)) for trigger, found in of.items()))
 
 
 @functools.cache
-def _builtin_expressions() -> tuple[re.Pattern[str], str]:
+def _builtin_expressions() -> _Expressions:
     return _expressions(_RULES)
 
 
 @functools.cache
-def _builtin_combined() -> re.Pattern[str]:
-    """Compiled once, not left to ``re``'s cache, which a long run may have emptied of it."""
-    return re.compile(_builtin_expressions()[1], re.ASCII)
+def _builtin_triggers() -> tuple[tuple[re.Pattern[str], tuple[int, ...]], ...]:
+    return _compile_triggers(_builtin_expressions())
+
+
+def _compile_triggers(expressions: _Expressions) -> tuple[tuple[re.Pattern[str], tuple[int, ...]], ...]:
+    return tuple((re.compile(trigger, re.ASCII), rules) for trigger, rules in expressions.triggers)
+
+
+_NOTHING = re.compile("(?!)")
+"""Matches nowhere: the matcher of a span where no rule has a trigger."""
+
+
+@functools.lru_cache(maxsize=128)
+def _builtin_matcher(rules: tuple[int, ...]) -> re.Pattern[str]:
+    """Compiled once per set of rules, not left to ``re``'s cache, which a long run may have emptied of it."""
+    parts = _builtin_expressions().parts
+    return re.compile("|".join(parts[index] for index in rules), re.ASCII)
 
 
 class Redactor:
@@ -146,14 +174,41 @@ class Redactor:
         self._whole_text = any("\n" in lit for lit in known)
         # Without known secrets the expressions are the built-in ones, built once for every Redactor
         # (a fleet opens a session, with its own Redactor, per host). Known secrets are never cached.
-        self._trigger, self._combined_source = _expressions(self._rules) if known else _builtin_expressions()
+        self._expressions = _expressions(self._rules) if known else _builtin_expressions()
+        self._trigger = self._expressions.trigger
         self._custom = tuple(_compile_custom(p) for p in patterns)
+        self._matchers: dict[tuple[int, ...], re.Pattern[str]] = {}
 
     @functools.cached_property
     def _combined(self) -> re.Pattern[str]:
-        """Every rule in one expression, compiled at the first line the trigger finds: most texts hold
-        none, and this compile is most of what building a Redactor costs (a command line pays it once)."""
-        return _builtin_combined() if not self._literals else re.compile(self._combined_source, re.ASCII)
+        """Every rule in one expression: the plain definition of what is masked (tests compare the
+        matchers of :meth:`_matcher` with it). Compiling it costs about 100 ms."""
+        return re.compile("|".join(self._expressions.parts), re.ASCII)
+
+    @functools.cached_property
+    def _rule_triggers(self) -> tuple[tuple[re.Pattern[str], tuple[int, ...]], ...]:
+        return _builtin_triggers() if not self._literals else _compile_triggers(self._expressions)
+
+    def _matcher(self, text: str, start: int, end: int) -> re.Pattern[str]:
+        """The combined expression of the rules that can match in ``text[start:end]``: those with a
+        trigger there.
+
+        Every match of a rule holds one of its triggers, so a rule without one in the span has no
+        match in it, and leaving it out of the alternation changes no match: the same rule wins at
+        the same place, its groups keep their names. Compiled the first time a set of rules is
+        needed: the whole expression is about 100 ms to compile, most of it in the four rules of
+        keys whose value may be on the next line; a line with a URL password needs its rule alone."""
+        rules = tuple(sorted({index for trigger, found in self._rule_triggers
+                              if trigger.search(text, start, end) for index in found}))
+        if not rules:
+            return _NOTHING
+        if not self._literals:
+            return _builtin_matcher(rules)
+        matcher = self._matchers.get(rules)
+        if matcher is None:
+            matcher = self._matchers[rules] = re.compile(
+                "|".join(self._expressions.parts[index] for index in rules), re.ASCII)
+        return matcher
 
     def redact(self, text: str) -> str:
         """``text`` with every secret replaced by ``[REDACTED:<kind>]``."""
@@ -251,7 +306,7 @@ class Redactor:
                 # A key block runs over many lines: take the rest of the text in one go.
                 end = len(text)
             pieces.append(text[done:start])
-            for match in self._combined.finditer(text, start, end):
+            for match in self._matcher(text, start, end).finditer(text, start, end):
                 pieces.append(text[start : match.start()])
                 if hold_open_pem and match.lastgroup == _PEM_GROUP and match.group("pem_end") is None:
                     return "".join(pieces), match.start()
@@ -563,7 +618,7 @@ class StreamRedactor:
         url = _URL_OPEN.search(buf, max(start, last - 2), cut)
         if url is not None:
             return _Open(url.start(), url.start() + 3, "url-password", _DROP_BARE)
-        combined = self._redactor._combined
+        combined = self._redactor._matcher(buf, max(start, last - 64), cut)
         for match in combined.finditer(buf, max(start, last - 64), cut):
             if match.end() < cut:
                 continue

@@ -456,6 +456,33 @@ def test_precheck_never_changes_the_result(text: str) -> None:
     assert REDACTOR.redact(text) == reference(REDACTOR, text)
 
 
+BUILTIN = Redactor()
+
+
+@settings(max_examples=400, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts)
+def test_the_rules_run_on_a_span_give_what_all_the_rules_give(text: str) -> None:
+    """A span is matched by the rules with a trigger in it only (the whole expression is slow to
+    compile): no other rule can match there, so the result is the whole expression's."""
+    assert BUILTIN.redact(text) == reference(BUILTIN, text)
+
+
+def test_a_span_compiles_only_the_rules_it_can_need() -> None:
+    text = "fetching https://deploy:s3cr3t@git.example.com/app.git"
+    parts = BUILTIN._expressions.parts
+    url = next(i for i, rule in enumerate(BUILTIN._rules) if rule.kind == "url-password")
+    assert BUILTIN._matcher(text, 0, len(text)).pattern == parts[url]
+    assert BUILTIN.redact(text) == "fetching https://deploy:[REDACTED:url-password]@git.example.com/app.git"
+    # A span that no rule's trigger is in matches nothing, not everything.
+    assert BUILTIN._matcher("plain words", 0, 11).search("plain words") is None
+    # With a known secret, its rule joins the span's rules when the secret is there.
+    known = Redactor(literals=["hunter2"])
+    line = "DB_PASSWORD=hunter2 pass hunter2"
+    rules = known._matcher(line, 0, len(line)).pattern
+    assert known._expressions.parts[1] in rules and known._expressions.parts[url] not in rules
+    assert known.redact(line) == reference(known, line) == "DB_PASSWORD=[REDACTED:password] pass [REDACTED:known-secret]"
+
+
 @settings(max_examples=300, database=None)
 @given(
     st.lists(fragments, max_size=12).map("".join),
