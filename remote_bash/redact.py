@@ -306,18 +306,39 @@ class Redactor:
                 # A key block runs over many lines: take the rest of the text in one go.
                 end = len(text)
             pieces.append(text[done:start])
-            for match in self._matcher(text, start, end).finditer(text, start, end):
+            matcher = self._matcher(text, start, end)
+            while (match := matcher.search(text, start, end)) is not None:
                 pieces.append(text[start : match.start()])
                 if hold_open_pem and match.lastgroup == _PEM_GROUP and match.group("pem_end") is None:
                     return "".join(pieces), match.start()
-                pieces.append(self._replace(match))
-                start = match.end()
+                over = self._literal_over(text, match.start(), match.end())
+                if over is None:
+                    pieces.append(self._replace(match))
+                    start = match.end()
+                else:
+                    pieces.append(self._replace_through(match, over[0]))
+                    start = over[1]
             pieces.append(text[start:end])
             done = end
         if not pieces:
             return text, -1
         pieces.append(text[done:])
         return "".join(pieces), -1
+
+    def _literal_over(self, text: str, start: int, end: int) -> tuple[int, int] | None:
+        """The start and end of the known secrets that begin inside the match ``text[start:end]`` and
+        run on after it, or None.
+
+        A value ends at a blank or a quote, and a known secret may hold one: after ``password:`` a
+        secret with blanks would otherwise show all but its first word."""
+        found: tuple[int, int] | None = None
+        for literal in self._literals:
+            at = text.find(literal, max(start, end - len(literal) + 1), end + len(literal) - 1)
+            while 0 <= at < end:
+                over = (at, at + len(literal))
+                found = over if found is None else (min(found[0], at), max(found[1], over[1]))
+                at = text.find(literal, at + 1, end + len(literal) - 1)
+        return found
 
     def _opens_next(self, text: str, near: int, end: int) -> bool:
         """Whether the line ending at ``end`` (its last characters from ``near``) may have its value
@@ -344,6 +365,15 @@ class Redactor:
                 text = match.group()
                 return f"{text[: start - whole]}{mask(rule.kind)}{text[end - whole :]}"
         return mask(rule.kind)
+
+    def _replace_through(self, match: re.Match[str], secret: int) -> str:
+        """The match up to its value (or up to ``secret``, where a known secret starts, if sooner),
+        then the mask: a known secret runs on from inside the match past its end."""
+        name = match.lastgroup
+        assert name is not None
+        rule = self._rules[int(name[1:])]
+        value = next((match.start(f"{name}{v}") for v in rule.values if match.start(f"{name}{v}") >= 0), match.start())
+        return f"{match.string[match.start() : min(value, secret)]}{mask(rule.kind)}"
 
 
 def _tag_opens(text: str, end: int) -> bool:

@@ -873,3 +873,21 @@ def test_a_tail_cut_right_at_a_line_end_hides_the_next_line() -> None:
     for cut in (19, 10):
         tail = REDACTOR.redact_tail(text[cut:])
         assert "pw0rd9" not in tail and REDACTOR.redact(text).endswith(tail), (cut, tail)
+
+
+@pytest.mark.parametrize("line", [
+    "password: {}", "db:\n  password: {}", "x --password {} y", "mysql -p{} db", "sshpass -p {} ssh h",
+    "token={} rest", "Authorization: Bearer {}",
+])
+def test_a_known_secret_with_blanks_after_a_keyword_is_masked_whole(line: str) -> None:
+    """A bare value ends at a blank: the keyword's rule masks the secret's first word, and the rest
+    of it, a known secret that runs on past the match, goes with it."""
+    secret = "tr0ub4dor horse battery st4ple"
+    redactor = Redactor(literals=[secret])
+    text = line.format(secret) + "\n"
+    out = redactor.redact(text)
+    assert not any(word in out for word in ("horse", "battery", "st4ple", "tr0ub4dor")), out
+    assert "[REDACTED:" in out
+    stream = redactor.stream()
+    assert "".join(stream.feed(c) for c in text) + stream.flush() == out
+    assert "horse" in Redactor().redact(text)  # a value ends at the blank when the secret is not known
