@@ -214,6 +214,14 @@ class Redactor:
         """``text`` with every secret replaced by ``[REDACTED:<kind>]``."""
         return self._redact_custom(self._redact_builtin(text, hold_open_pem=False)[0])
 
+    def redact_lines(self, text: str) -> str:
+        """``text`` masked as :meth:`redact` masks it, with every line kept in its place: a secret over
+        several lines (a private key block, a known secret holding newlines, a pattern's match)
+        becomes its mask on each of them. What a numbered view of a file shows, so that a line's
+        number is still its line's, and any range of lines is masked as the whole file is."""
+        return self._redact_custom(self._redact_builtin(text, hold_open_pem=False, keep_lines=True)[0],
+                                   keep_lines=True)
+
     def redact_head(self, text: str) -> str:
         """Redact ``text`` known to be the start of a longer output, cut at an arbitrary point.
 
@@ -282,7 +290,7 @@ class Redactor:
         """A :class:`StreamRedactor` using these rules."""
         return StreamRedactor(self, max_line=max_line, max_pem=max_pem)
 
-    def _redact_builtin(self, text: str, *, hold_open_pem: bool) -> tuple[str, int]:
+    def _redact_builtin(self, text: str, *, hold_open_pem: bool, keep_lines: bool = False) -> tuple[str, int]:
         """Apply the built-in rules and known secrets to the lines the trigger points at.
 
         With ``hold_open_pem``, a private key block still open at the end of ``text`` is
@@ -313,10 +321,10 @@ class Redactor:
                     return "".join(pieces), match.start()
                 over = self._literal_over(text, match.start(), match.end())
                 if over is None:
-                    pieces.append(self._replace(match))
+                    pieces.append(self._replace(match, keep_lines))
                     start = match.end()
                 else:
-                    pieces.append(self._replace_through(match, over[0]))
+                    pieces.append(self._replace_through(match, *over, keep_lines))
                     start = over[1]
             pieces.append(text[start:end])
             done = end
@@ -347,12 +355,12 @@ class Redactor:
         return (_OPEN_LINE.search(text, near, end) is not None or _NAME_LINE.search(text, near, end) is not None
                 or _tag_opens(text, end))
 
-    def _redact_custom(self, text: str) -> str:
+    def _redact_custom(self, text: str, keep_lines: bool = False) -> str:
         for pattern in self._custom:
-            text = pattern.sub(_replace_custom, text)
+            text = pattern.sub(_replace_custom_lines if keep_lines else _replace_custom, text)
         return text
 
-    def _replace(self, match: re.Match[str]) -> str:
+    def _replace(self, match: re.Match[str], keep_lines: bool = False) -> str:
         name = match.lastgroup
         assert name is not None
         rule = self._rules[int(name[1:])]
@@ -363,17 +371,20 @@ class Redactor:
             if start >= 0:
                 whole = match.start()
                 text = match.group()
-                return f"{text[: start - whole]}{mask(rule.kind)}{text[end - whole :]}"
-        return mask(rule.kind)
+                hidden = _masks(rule.kind, text[start - whole : end - whole], keep_lines)
+                return f"{text[: start - whole]}{hidden}{text[end - whole :]}"
+        return _masks(rule.kind, match.group(), keep_lines)
 
-    def _replace_through(self, match: re.Match[str], secret: int) -> str:
+    def _replace_through(self, match: re.Match[str], secret: int, secret_end: int, keep_lines: bool = False) -> str:
         """The match up to its value (or up to ``secret``, where a known secret starts, if sooner),
-        then the mask: a known secret runs on from inside the match past its end."""
+        then the mask, to ``secret_end``: a known secret runs on from inside the match past its end."""
         name = match.lastgroup
         assert name is not None
         rule = self._rules[int(name[1:])]
         value = next((match.start(f"{name}{v}") for v in rule.values if match.start(f"{name}{v}") >= 0), match.start())
-        return f"{match.string[match.start() : min(value, secret)]}{mask(rule.kind)}"
+        begin = min(value, secret)
+        hidden = _masks(rule.kind, match.string[begin:secret_end], keep_lines)
+        return f"{match.string[match.start() : begin]}{hidden}"
 
 
 def _tag_opens(text: str, end: int) -> bool:
@@ -396,6 +407,17 @@ def _compile_custom(pattern: str) -> LinearPattern:
         return compile_linear(pattern)
     except PatternError as exc:
         raise ConfigError(f"redact pattern {pattern!r} cannot be used: {exc}") from None
+
+
+def _masks(kind: str, hidden: str, keep_lines: bool) -> str:
+    """The mask of ``hidden``; with ``keep_lines``, one on each of its lines."""
+    if keep_lines and "\n" in hidden:
+        return "\n".join(mask(kind) for _ in range(hidden.count("\n") + 1))
+    return mask(kind)
+
+
+def _replace_custom_lines(matched: str) -> str:
+    return _masks("custom", matched, True) if matched else ""
 
 
 def _replace_custom(matched: str) -> str:

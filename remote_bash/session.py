@@ -1079,6 +1079,16 @@ class RemoteBashSession:
         records are (transcripts use it for the commands Claude writes)."""
         return self._redact(text)
 
+    def redact_lines(self, text: str) -> str:
+        """``text`` masked as :meth:`redact` masks it, with each line kept in its place (a secret over
+        several lines becomes a mask on each): what a numbered view of a file needs. A redactor of
+        one's own without ``redact_lines`` masks the whole text, and, when that changes the number of
+        lines, the editor masks each line alone."""
+        if self._redactor is None:
+            return text
+        keeping = getattr(self._redactor, "redact_lines", None)
+        return keeping(text) if callable(keeping) else self._redactor.redact(text)
+
     def _redact(self, text: str) -> str:
         return self._redactor.redact(text) if self._redactor is not None else text
 

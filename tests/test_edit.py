@@ -11,6 +11,7 @@ import hashlib
 import os
 import pwd
 import stat
+import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -566,6 +567,58 @@ async def test_the_audit_diff_is_masked_before_it_is_cut(session: RemoteBashSess
     (diff,) = [r["diff"] for r in events(audit, host) if r["event"] == "edit.end"]
     assert "ghp_" not in diff and "A1b2C3" not in diff
     assert diff.endswith("[... diff cut at 2,000 characters]") and "\n+yyy" not in diff
+
+
+MULTI_LINE_SECRETS = (
+    "db:\n  password:\n\n    YamlS3cretV\n"
+    "- name: DB_PASSWORD\n  value: K8sS3cretV\n"
+    "<password>\n\nXmlS3cretV\n</password>\n"
+    "<password\n  id=\"1\">XmlAttrS3cretV</password>\n"
+)
+
+
+async def test_views_snippets_and_diffs_mask_values_on_a_later_line(session: RemoteBashSession, audit: AuditLog,
+                                                                    host: Host, work: Path) -> None:
+    """Masked before the lines are numbered or prefixed: a number or a diff's +/- before a line
+    would hide a value on the line after its key."""
+    f = put(work / "m.yaml", MULTI_LINE_SECRETS)
+    secrets = ("YamlS3cretV", "K8sS3cretV", "XmlS3cretV", "XmlAttrS3cretV")
+    bash = await session.run(f"cat {f}")
+    assert not any(s in bash.output for s in secrets), bash.output
+    view = await edit(session, command="view", path=str(f))
+    assert not any(s in view["content"] for s in secrets), view["content"]
+    assert "     4\t    [REDACTED:password]" in view["content"]  # every line keeps its number
+    for first in range(1, 12):
+        part = await edit(session, command="view", path=str(f), view_range=[first, -1])
+        assert not any(s in part["content"] for s in secrets), (first, part["content"])
+    done = await edit(session, command="str_replace", path=str(f), old_str="K8sS3cretV", new_str="K8sN3wV")
+    assert done["is_error"] is False and "K8sN3wV" not in done["content"] and "K8sS3cretV" not in done["content"]
+    await edit(session, command="str_replace", path=str(f), old_str="YamlS3cretV", new_str="YamlN3wV")
+    await edit(session, command="str_replace", path=str(f), old_str="XmlS3cretV", new_str="XmlN3wV")
+    diffs = [r["diff"] for r in events(audit, host) if r["event"] == "edit.end" and "diff" in r]
+    assert len(diffs) == 3
+    for diff in diffs:
+        assert not any(s in diff for s in (*secrets, "K8sN3wV", "YamlN3wV", "XmlN3wV")), diff
+        assert "\n+" in diff and "[REDACTED:password]" in diff
+    assert "+  value: [REDACTED:password]" in diffs[0]
+
+
+async def test_a_range_inside_a_private_key_block_is_masked(session: RemoteBashSession, work: Path) -> None:
+    key = work / "key.pem"
+    await asyncio.to_thread(subprocess.run, ["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-m", "PEM", "-N", "",
+                                             "-f", str(key)], check=True, capture_output=True, timeout=60)
+    os.chmod(key, 0o644)
+    body = key.read_text().splitlines()[2:5]
+    assert all(len(line) > 40 for line in body)
+    for view_range in ([3, 4], [2, 2], [5, -1], [1, 3]):
+        part = await edit(session, command="view", path=str(key), view_range=view_range)
+        assert part["is_error"] is False
+        assert not any(line in part["content"] or line[:20] in part["content"] for line in body), part["content"]
+        assert "[REDACTED:private-key]" in part["content"]
+    whole = await edit(session, command="view", path=str(key))
+    count = len(key.read_text().splitlines())
+    assert whole["content"].count("[REDACTED:private-key]") == count  # a mask on each line, numbers kept
+    assert f"{count:>6}\t[REDACTED:private-key]" in whole["content"]
 
 
 async def test_file_names_are_masked(session: RemoteBashSession, audit: AuditLog, host: Host, work: Path) -> None:

@@ -480,7 +480,8 @@ def test_a_span_compiles_only_the_rules_it_can_need() -> None:
     line = "DB_PASSWORD=hunter2 pass hunter2"
     rules = known._matcher(line, 0, len(line)).pattern
     assert known._expressions.parts[1] in rules and known._expressions.parts[url] not in rules
-    assert known.redact(line) == reference(known, line) == "DB_PASSWORD=[REDACTED:password] pass [REDACTED:known-secret]"
+    expected = "DB_PASSWORD=[REDACTED:password] pass [REDACTED:known-secret]"
+    assert known.redact(line) == reference(known, line) == expected
 
 
 @settings(max_examples=300, database=None)
@@ -891,3 +892,21 @@ def test_a_known_secret_with_blanks_after_a_keyword_is_masked_whole(line: str) -
     stream = redactor.stream()
     assert "".join(stream.feed(c) for c in text) + stream.flush() == out
     assert "horse" in Redactor().redact(text)  # a value ends at the blank when the secret is not known
+
+
+@settings(max_examples=300, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts)
+def test_redact_lines_keeps_every_line_in_its_place(text: str) -> None:
+    kept = REDACTOR.redact_lines(text)
+    assert kept.count("\n") == text.count("\n")
+    whole = REDACTOR.redact(text)
+    if whole.count("\n") == text.count("\n"):
+        assert kept == whole  # nothing over several lines: the same masks
+    else:
+        assert kept.replace("\n", "").count("[REDACTED:") >= whole.count("[REDACTED:")
+
+
+def test_redact_lines_masks_each_line_of_a_block() -> None:
+    text = "a\n-----BEGIN PRIVATE KEY-----\nMIIEv\nQWxh\n-----END PRIVATE KEY-----\nb\n"
+    assert Redactor().redact_lines(text) == "a\n" + "[REDACTED:private-key]\n" * 4 + "b\n"
+    assert Redactor().redact(text) == "a\n[REDACTED:private-key]\nb\n"

@@ -116,16 +116,44 @@ def number_lines(lines: Sequence[str], first: int) -> str:
     return "\n".join(f"{first + i:>{NUMBER_WIDTH}}\t{line}" for i, line in enumerate(lines))
 
 
+_CONTEXT_LINES = 3
+"""Lines above a range that can hold the key (or start tag, or ``- name:``) whose value is in it: the
+key's own line and up to two blank lines."""
+_PEM_LINES = 2048
+"""How far above a range a private key block's BEGIN is looked for (a block is at most 64 KiB)."""
+
+
+def masked_lines(lines: Sequence[str], start: int, end: int, clean: Clean, mask_lines: Clean) -> list[str]:
+    """Lines ``start`` to ``end`` (1-based, inclusive) as shown: each as ``clean`` makes it, then
+    masked by ``mask_lines`` together with the lines above them that can hold the start of a secret
+    reaching into them (a private key block open above the range, a key whose value is a few lines
+    down), every line kept in its place, so the masks are those of the whole file. A ``mask_lines``
+    that does not keep lines (a redactor of one's own) masks each line alone."""
+    first = max(1, start - _CONTEXT_LINES)
+    for index in range(start - 2, max(-1, start - 2 - _PEM_LINES), -1):
+        if "-----END" in lines[index]:
+            break
+        if "-----BEGIN" in lines[index]:
+            first = min(first, index + 1)
+            break
+    cleaned = [clean(line) for line in lines[first - 1 : end]]
+    masked = mask_lines("\n".join(cleaned)).split("\n")
+    if len(masked) != len(cleaned):
+        masked = [mask_lines(line) for line in cleaned]
+    return masked[start - first :]
+
+
 def _int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def view_file(doc: Document, path: str, view_range: object | None,
-              max_characters: int | None, clean: Clean = _same) -> str:
+              max_characters: int | None, clean: Clean = _same, mask_lines: Clean = _same) -> str:
     """The numbered view of a file, or of ``view_range`` ``[start, end]`` (1-based, ``-1`` = to the end).
 
-    Each line is shown as ``clean`` makes it; the lines it changed are named in a note, since
-    old_str must match what the file holds, not what is shown."""
+    Each line is shown as ``clean`` makes it, then masked by ``mask_lines`` as in the whole file
+    (see :func:`masked_lines`); the lines ``clean`` changed are named in a note, since old_str must
+    match what the file holds, not what is shown."""
     lines = split_lines(display(doc.text))
     total = len(lines)
     note = ""
@@ -150,9 +178,8 @@ def view_file(doc: Document, path: str, view_range: object | None,
             end = total
         elif end < start:
             raise EditRefused(f"view_range end {end} is before its start {start}; use -1 to view to the end")
-    shown = [clean(line) for line in lines[start - 1:end]]
-    changed = [start + i for i, (raw, line) in enumerate(zip(lines[start - 1:end], shown, strict=True))
-               if raw != line]
+    shown = masked_lines(lines, start, end, clean, mask_lines)
+    changed = [start + i for i, raw in enumerate(lines[start - 1:end]) if raw != clean(raw)]
     if changed:
         more = ", ..." if len(changed) > MAX_LISTED_LINES else ""
         note += (f" (line(s) {', '.join(map(str, changed[:MAX_LISTED_LINES]))}{more} hold terminal control "
@@ -219,27 +246,28 @@ def insert_lines(text: str, after: object, insert_text: str, path: str) -> tuple
     return result, after + 1, after + len(added)
 
 
-def snippet(text: str, first: int, last: int, path: str, clean: Clean = _same) -> str:
+def snippet(text: str, first: int, last: int, path: str, clean: Clean = _same, mask_lines: Clean = _same) -> str:
     """The result of an edit: the changed lines with a few lines around them, numbered, each as
-    ``clean`` makes it."""
-    lines = split_lines(text)
+    ``clean`` makes it and masked as in the whole file (see :func:`masked_lines`)."""
+    lines = split_lines(display(text))
     start = max(1, first - SNIPPET_LINES)
     end = min(len(lines), max(last, first) + SNIPPET_LINES)
-    shown = number_lines([clean(display(line)) for line in lines[start - 1:end]], start) if lines else \
+    shown = number_lines(masked_lines(lines, start, end, clean, mask_lines), start) if lines else \
         "(the file is now empty)"
     return (f"The file {path} has been edited. Here's the result of the change, with line numbers:\n{shown}\n"
             "Review the change and make sure it is as expected; edit the file again if not.")
 
 
 def diff_excerpt(before: str, after: str, path: str, limit: int = 2000, *, clean: Clean = _same,
-                 mask: Clean = _same) -> str:
+                 mask: Clean = _same, mask_lines: Clean = _same) -> str:
     """A unified diff of the change, cut to at most ``limit`` characters, for the audit log.
 
     Only the region between the first and the last differing line is compared, so a small
     change in a large file costs little. Each line's text is shown as ``clean`` makes it; the
     whole diff is ``mask``-ed before the cut, which then falls at a line's end (within a line
     only when the first line is longer than ``limit``), so a secret is never cut before it is
-    masked."""
+    masked. Each side's lines are masked as in its whole file (see :func:`masked_lines`) before they
+    are prefixed: a ``-``, ``+`` or blank before a line would hide a value on the line after its key."""
     same = _common_prefix(before, after)
     end_same = _common_prefix(before[same:][::-1], after[same:][::-1])
     # Whole lines around the differing characters, two more on each side.
@@ -252,22 +280,43 @@ def diff_excerpt(before: str, after: str, path: str, limit: int = 2000, *, clean
     old_end = _line_end(before, len(before) - end_same, 3)
     new_end = _line_end(after, len(after) - end_same, 3)
     old_win, new_win = split_lines(before[start:old_end]), split_lines(after[start:new_end])
+    old_shown = _window_masked(before, base, len(old_win), clean, mask_lines)
+    new_shown = _window_masked(after, base, len(new_win), clean, mask_lines)
     out = []
+    old_at = new_at = 0
     for i, line in enumerate(difflib.unified_diff(old_win, new_win, f"a{path}", f"b{path}", n=2, lineterm="")):
         match = _HUNK.match(line)
         if match:
-            a, b = int(match.group(1)) + base, int(match.group(3)) + base
-            line = f"@@ -{a}{match.group(2) or ''} +{b}{match.group(4) or ''} @@"
+            a, b = int(match.group(1)), int(match.group(3))
+            # An empty side's hunk names the line before it.
+            old_at, new_at = a - 1 if match.group(2) != ",0" else a, b - 1 if match.group(4) != ",0" else b
+            line = f"@@ -{a + base}{match.group(2) or ''} +{b + base}{match.group(4) or ''} @@"
             out.append(line)
         elif i < 2:
             out.append(line)  # the file names, as given
+        elif line[:1] == "-":
+            out.append("-" + old_shown[old_at])
+            old_at += 1
+        elif line[:1] == "+":
+            out.append("+" + new_shown[new_at])
+            new_at += 1
         else:
-            out.append(line[:1] + clean(display(line[1:])))
+            out.append(line[:1] + old_shown[old_at])
+            old_at += 1
+            new_at += 1
     text = mask("\n".join(out))
     if len(text) > limit:
         end = text.rfind("\n", 0, limit + 1)
         text = (text[:end] if end > 0 else text[:limit]) + f"\n[... diff cut at {limit:,} characters]"
     return text
+
+
+def _window_masked(text: str, base: int, count: int, clean: Clean, mask_lines: Clean) -> list[str]:
+    """Lines ``base + 1`` to ``base + count`` of ``text`` as shown (see :func:`masked_lines`)."""
+    if not count:
+        return []
+    lines = split_lines(display(text))
+    return masked_lines(lines, base + 1, base + count, clean, mask_lines)
 
 
 def _common_prefix(a: str, b: str) -> int:

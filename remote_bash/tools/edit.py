@@ -207,6 +207,10 @@ class EditHandler(SessionTool):
         """One line of a file as it is shown: the whole text is masked again after."""
         return clean_text(line, redact=self.session.redact)
 
+    def _lines(self, text: str) -> str:
+        """Lines of a file as they are shown, masked with every line kept in its place."""
+        return self.session.redact_lines(text)
+
     def _path(self, path: str) -> str:
         """A path as it is shown and recorded: each name in it cleaned and masked on its own, as
         ``ls`` shows it (a secret in a file name follows a ``/``, where no rule looks for it)."""
@@ -299,7 +303,7 @@ class EditHandler(SessionTool):
         doc = _text.decode(data)
         if command == "view":
             outcome.fields["bytes_read"] = len(data)
-            return _text.view_file(doc, path, view_range, self.max_characters, self._line), False
+            return _text.view_file(doc, path, view_range, self.max_characters, self._line, self._lines), False
         if command == "str_replace":
             old = doc.normalize(str(args["old_str"]))
             new = doc.normalize(str(args.get("new_str") or ""))
@@ -323,11 +327,11 @@ class EditHandler(SessionTool):
             return f"The file {path} is unchanged: new_str is the same as old_str. Nothing was written.", False
         new_data = _text.encode(text, doc.crlf)
         outcome.fields["diff"] = _text.diff_excerpt(doc.text, text, self._path(path), DIFF_LIMIT, clean=self._line,
-                                                    mask=self._clean)
+                                                    mask=self._clean, mask_lines=self._lines)
         kept = await files.write(info.path, new_data, mode=info.mode, owner=(info.uid, info.gid), create=False)
         outcome.fields.update(sha256_after=hashlib.sha256(new_data).hexdigest(), bytes_written=len(new_data),
                               owner_kept=kept)
-        result = _text.snippet(text, first, last, path, self._line)
+        result = _text.snippet(text, first, last, path, self._line, self._lines)
         if not kept:
             result += (f"\nNote: the file belonged to uid {info.uid}, gid {info.gid}; the new file is owned by the "
                        "remote user, who may not give files away.")
@@ -347,7 +351,7 @@ class EditHandler(SessionTool):
                                     "(mkdir -p) first")
         data = file_text.encode("utf-8", "surrogateescape")
         outcome.fields["diff"] = _text.diff_excerpt("", file_text, self._path(path), DIFF_LIMIT, clean=self._line,
-                                                    mask=self._clean)
+                                                    mask=self._clean, mask_lines=self._lines)
         await files.write(info.path, data, mode=NEW_FILE_MODE, owner=None, create=True)
         outcome.fields.update(sha256_after=hashlib.sha256(data).hexdigest(), bytes_written=len(data))
         lines = len(_text.split_lines(file_text))
