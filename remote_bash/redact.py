@@ -214,6 +214,17 @@ class Redactor:
         """``text`` with every secret replaced by ``[REDACTED:<kind>]``."""
         return self._redact_custom(self._redact_builtin(text, hold_open_pem=False)[0])
 
+    def redact_command(self, text: str) -> str:
+        """A command's text, masked as :meth:`redact` masks it, and as its lines joined where a
+        backslash-newline continues one (bash joins them before it reads the words, so
+        ``--password \\⏎ x`` passes ``x`` to ``--password``): when the joined text shows a secret
+        more, the joined text is what is shown, masked."""
+        out = self.redact(text)
+        if "\\\n" not in text:
+            return out
+        again = self.redact(text.replace("\\\n", ""))
+        return out if again == out.replace("\\\n", "") else again
+
     def redact_lines(self, text: str) -> str:
         """``text`` masked as :meth:`redact` masks it, with every line kept in its place: a secret over
         several lines (a private key block, a known secret holding newlines, a pattern's match)

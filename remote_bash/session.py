@@ -998,7 +998,7 @@ class RemoteBashSession:
                 strict=False,
             )
         return CommandResult._from_session(
-            command=self._redact(command),  # shown and stored (--json, fleet files): masked like the output
+            command=self.redact_command(command),  # shown and stored (--json, fleet files): masked like the output
             output=text,
             exit_code=exit_code,
             timed_out=timed_out,
@@ -1079,6 +1079,15 @@ class RemoteBashSession:
         records are (transcripts use it for the commands Claude writes)."""
         return self._redact(text)
 
+    def redact_command(self, text: str) -> str:
+        """A command's text as it is shown and stored: masked, and masked as its lines joined where a
+        backslash-newline continues one (:meth:`remote_bash.redact.Redactor.redact_command`; a
+        redactor of one's own without ``redact_command`` masks it as any text)."""
+        if self._redactor is None:
+            return text
+        joining = getattr(self._redactor, "redact_command", None)
+        return joining(text) if callable(joining) else self._redactor.redact(text)
+
     def redact_lines(self, text: str) -> str:
         """``text`` masked as :meth:`redact` masks it, with each line kept in its place (a secret over
         several lines becomes a mask on each): what a numbered view of a file needs. A redactor of
@@ -1105,7 +1114,7 @@ class RemoteBashSession:
             fields = {**fields, **self._feed.audit_fields(event)}
         record = {k: v for k, v in fields.items() if v is not None}
         if isinstance(record.get("command"), str):
-            record["command"] = self._redact(record["command"])
+            record["command"] = self.redact_command(record["command"])
         record.setdefault("session_id", self.session_id)
         record.setdefault("address", self.host.address)
         record.setdefault("user", self.host.user or (self.info.user if self.info else None))

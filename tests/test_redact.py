@@ -910,3 +910,14 @@ def test_redact_lines_masks_each_line_of_a_block() -> None:
     text = "a\n-----BEGIN PRIVATE KEY-----\nMIIEv\nQWxh\n-----END PRIVATE KEY-----\nb\n"
     assert Redactor().redact_lines(text) == "a\n" + "[REDACTED:private-key]\n" * 4 + "b\n"
     assert Redactor().redact(text) == "a\n[REDACTED:private-key]\nb\n"
+
+
+@pytest.mark.parametrize(("command", "shown"), [
+    ("mysqldump --password \\\n  S3cretPw db", "mysqldump --password   [REDACTED:password] db"),
+    ("curl -u \\\n bob:S3cretPw https://x", "curl -u  bob:[REDACTED:password] https://x"),
+    ("echo password=\\\nS3cretPw", "echo password=[REDACTED:password]"),
+    ("ls \\\n -la", "ls \\\n -la"),
+    ("a \\\n b password=S3cretPw", "a \\\n b password=[REDACTED:password]"),
+])
+def test_a_command_is_masked_as_bash_joins_its_continued_lines(command: str, shown: str) -> None:
+    assert Redactor().redact_command(command) == shown

@@ -195,6 +195,24 @@ def test_exec_masks_the_command_in_json_and_the_audit_log_and_streams_masked(env
         assert secret not in audit
 
 
+def test_a_command_continued_between_an_option_and_its_value_is_masked(env: dict[str, str],
+                                                                       tmp_path: Path) -> None:
+    """bash joins a backslash-newline before it reads the words: so does the masking of a command."""
+    command = f"true mysqldump --password \\\n  {PASSWORD} db; curl -u \\\n bob:{PASSWORD}x -V >/dev/null || :"
+    as_json = cli(env, "exec", "--json", "redact-a", "--", command)
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["command"] == (
+        "true mysqldump --password   [REDACTED:password] db; curl -u  bob:[REDACTED:password] -V >/dev/null || :")
+    outdir = tmp_path / "out"
+    fleet = cli(env, "fleet", "exec", "redact-a", "--json", "--output-dir", str(outdir), "--", command)
+    assert fleet.returncode == 0, fleet.stderr
+    files = [p.read_text() for p in outdir.iterdir()]
+    for shown in (as_json.stdout, fleet.stdout, *files, json.dumps(audit_records(env, "redact-a"))):
+        assert PASSWORD not in shown
+    plain = cli(env, "exec", "--json", "redact-a", "--", "echo a \\\n b")  # nothing to mask: kept as sent
+    assert json.loads(plain.stdout)["command"] == "echo a \\\n b"
+
+
 def test_exec_masks_a_line_before_collapsing_its_carriage_returns(env: dict[str, str]) -> None:
     out = cli(env, "exec", "redact-a", "--", f"printf 'password\\r={PASSWORD}\\n'")
     assert out.returncode == 0, out.stderr

@@ -158,7 +158,8 @@ class _AgentView:
         elif kind == "command":
             self.stream = self.redactor.stream()
             self.shown = self.hidden = 0
-            shown = "(restart the shell)" if event.command is None else escape(self.redactor.redact(event.command))
+            shown = ("(restart the shell)" if event.command is None
+                     else escape(self.redactor.redact_command(event.command)))
             tool = getattr(event, "tool", None)
             prompt = ("$ " if tool in (None, "bash") else "edit: " if tool == "str_replace_based_edit_tool"
                       else f"{escape(str(tool))}: ")
@@ -184,7 +185,7 @@ class _AgentView:
         for key in ("tool_use_id", "command", "exit_code", "duration", "cost_usd"):
             value = getattr(event, key)
             if value is not None:
-                record[key] = self.redactor.redact(value) if key == "command" else value
+                record[key] = self.redactor.redact_command(value) if key == "command" else value
         if event.kind == "result":
             record["is_error"] = event.is_error
         if event.usage is not None:

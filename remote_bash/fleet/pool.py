@@ -335,7 +335,7 @@ class FleetPool:
         done = [r for r in results if r is not None]
         # The command as shown and stored (--json, --output-dir headers): masked with the built-in
         # formats, every selected host's patterns and what each host's session masks.
-        shown = Redactor(sorted({p for h in selected for p in h.redact})).redact(command)
+        shown = Redactor(sorted({p for h in selected for p in h.redact})).redact_command(command)
         for masker in maskers:
             shown = masker(shown)
         return FleetResult(command=shown, pattern=pattern, results=done,
