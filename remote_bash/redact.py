@@ -461,6 +461,8 @@ class _Open:
     kind: str
     drop: re.Pattern[str]
     """Matches the rest of it at the start of what follows the cut."""
+    to_end_marker: bool = False
+    """A private key block: the rest of it runs to its END marker, blanks and all (``drop`` unused)."""
 
 
 class _Mode(Enum):
@@ -533,12 +535,8 @@ class StreamRedactor:
         """Take the next chunk; return the redacted text that is safe to release now."""
         self._buf += chunk
         if self._mode is _Mode.SWALLOW:
-            end = _END_RE.search(self._buf)
-            if end is None:
-                self._buf = self._buf[-_PEM_END_MAX:]
+            if not self._swallowed():
                 return ""
-            self._buf = self._buf[end.end() :]
-            self._mode = _Mode.NORMAL
         elif self._mode is _Mode.HOLD:
             if not self._found_end():
                 return self._check_pem_bound()
@@ -546,6 +544,17 @@ class StreamRedactor:
         elif self._mode is _Mode.DROP_VALUE and not self._drop_value():
             return ""
         return self._release()
+
+    def _swallowed(self) -> bool:
+        """Drop a private key block's body up to its END marker; False while it goes on (the last
+        characters are kept, which may be the start of a marker split across reads)."""
+        end = _END_RE.search(self._buf)
+        if end is None:
+            self._buf = self._buf[-_PEM_END_MAX:]
+            return False
+        self._buf = self._buf[end.end() :]
+        self._mode = _Mode.NORMAL
+        return True
 
     def _drop_value(self) -> bool:
         """Drop what remains of a secret cut by a hard line bound; False while it goes on."""
@@ -582,13 +591,13 @@ class StreamRedactor:
                 # A known secret that spans lines may start on the lines about to go out: hold it.
                 head = self._literal_head(buf, cut)
                 cut = cut if head < 0 else head
-        if self._mode is _Mode.DROP_VALUE:
+        if self._mode is _Mode.DROP_VALUE or self._mode is _Mode.SWALLOW:
             # _line_cut found a secret running past the hard bound: out goes the text before it
-            # and its mask, and the rest of it is dropped as it arrives.
+            # and its mask, and the rest of it is dropped as it arrives (a key block's to its END).
             out = self._redactor.redact(buf[:cut]) + self._drop_mask
             self._buf = buf[cut:]
             self._retry_at = 0
-            if self._drop_value():
+            if self._drop_value() if self._mode is _Mode.DROP_VALUE else self._swallowed():
                 out += self._release()
             return out
         if cut == 0:
@@ -666,7 +675,8 @@ class StreamRedactor:
             return cut
         if opened.start > start:
             return opened.start
-        self._mode, self._drop, self._drop_mask = _Mode.DROP_VALUE, opened.drop, mask(opened.kind)
+        mode = _Mode.SWALLOW if opened.to_end_marker else _Mode.DROP_VALUE
+        self._mode, self._drop, self._drop_mask = mode, opened.drop, mask(opened.kind)
         return opened.value
 
     def _open_secret(self, buf: str, start: int, cut: int, dangers: list[int]) -> _Open | None:
@@ -688,6 +698,8 @@ class StreamRedactor:
             name = match.lastgroup
             assert name is not None
             kind = self._redactor._rules[int(name[1:])].kind
+            if name == _PEM_GROUP:
+                return _Open(match.start(), match.start(), kind, _DROP_BARE, to_end_marker=True)
             # A quote just before is kept with it: an Authorization header inside quotes ends at
             # the closing one, which the rule only knows with the opening quote in view.
             begin = match.start() - 1 if match.start() > start and buf[match.start() - 1] in "\"'" else match.start()

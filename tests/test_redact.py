@@ -921,3 +921,13 @@ def test_redact_lines_masks_each_line_of_a_block() -> None:
 ])
 def test_a_command_is_masked_as_bash_joins_its_continued_lines(command: str, shown: str) -> None:
     assert Redactor().redact_command(command) == shown
+
+
+@pytest.mark.parametrize("read", [1000, 4096, 65536])
+def test_a_key_block_on_one_line_past_the_hard_bound_is_masked_to_its_end(read: int) -> None:
+    """Released by the hard bound of a line, a key block's rest is dropped to its END marker,
+    blanks and all, not to the first blank (its BEGIN label has blanks)."""
+    text = "x -----BEGIN PRIVATE KEY-----" + "QUJD" * 18000 + "-----END PRIVATE KEY----- after\nnext\n"
+    stream = Redactor().stream()
+    out = "".join(stream.feed(text[i : i + read]) for i in range(0, len(text), read)) + stream.flush()
+    assert out == Redactor().redact(text) == "x [REDACTED:private-key] after\nnext\n"
