@@ -244,9 +244,14 @@ _RULES: tuple[_Rule, ...] = (
         _token("g", r"(?:h[pousr]_[A-Za-z0-9]{20,}|ithub_pat_[A-Za-z0-9_]{20,})", "A-Za-z0-9_"),
         (r"g(?:h[pousr]_|ithub_pat_)",),
     ),
-    _Rule("slack-token", _token("x", rf"ox[baprs]-(?:[A-Za-z0-9]|{_DASH}){{10,}}"), (r"xox[baprs]-",)),
+    # Bot, user and app tokens (xoxb-, xoxp-, xapp-1-...), and the secret path of a webhook URL.
+    _Rule("slack-token", _token("x", rf"(?:ox[baprs]|app)-(?:[A-Za-z0-9]|{_DASH}){{10,}}"), (r"xox[baprs]-", "xapp-")),
+    _Rule("slack-webhook", r"k(?<=hooks\.slack)\.com/(?:services|workflows|triggers)/(?P<v1>[A-Za-z0-9_/-]{8,})",
+          (r"k(?<=hooks\.slack)\.com/",), ("v1",)),
     _Rule("anthropic-api-key", _token("s", rf"k-ant-{_WORD}{{20,}}"), (r"k(?<=sk)-",)),
-    _Rule("stripe-key", _token("[sr]", r"k_live_[A-Za-z0-9]{10,}"), (r"k(?<=[sr]k)_live_",)),
+    # Secret and restricted keys, live and test, and webhook signing secrets.
+    _Rule("stripe-key", _token("[sr]", r"k_(?:live|test)_[A-Za-z0-9]{10,}"), (r"k(?<=[sr]k)_(?:live|test)_",)),
+    _Rule("stripe-key", _token("w", r"hsec_[A-Za-z0-9]{20,}"), ("whsec_",)),
     # OpenAI-style keys: at least one digit, so hyphenated words like sk-learn-... stay. The whole
     # run is matched (and so consumed) before the digit is looked for: a run of "sk-sk-sk-..." is
     # read once, not once per "sk-" in it.
@@ -356,10 +361,12 @@ _RULES: tuple[_Rule, ...] = (
         (r"q(?<=mysq)l", r"b(?<=mariadb)"),
         ("v1", "v2", "v3"),
     ),
-    # .netrc: "machine h login u password p" on one line, or "password p" alone on its line.
+    # .netrc: "machine h login u password p" (or "machine h password p login u") on one line, or
+    # "password p" alone on its line.
     _Rule(
         "password",
-        r"(?:[Ll](?<![A-Za-z0-9_][Ll])(?i:ogin)[ \t]+[^\s]{1,256}[ \t]+|(?m:^)[ \t]*)"
+        r"(?:[Ll](?<![A-Za-z0-9_][Ll])(?i:ogin)[ \t]+[^\s]{1,256}[ \t]+|[Mm](?<![A-Za-z0-9_][Mm])(?i:achine)[ \t]+"
+        r"[^\s]{1,256}[ \t]+|(?m:^)[ \t]*)"
         r"(?i:password)[ \t]+(?P<v1>[^\s]+)(?:(?=[ \t]+(?i:machine|login|account|macdef|default)\b)|[ \t]*(?m:$))",
         _either_case("w", "(?<=(?i:passw))"),
         ("v1",),

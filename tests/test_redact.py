@@ -55,6 +55,13 @@ CASES = [
         "stripe sk_live_51Habcdefghijklmn rk_live_0123456789ab",
         "stripe [REDACTED:stripe-key] [REDACTED:stripe-key]",
     ),
+    ("test sk_test_51Habcdefghijklmn, hook whsec_abcdefghijklmnopqrstuvwxyz012345 ok",
+     "test [REDACTED:stripe-key], hook [REDACTED:stripe-key] ok"),
+    ("app xapp-1-A0123456789-0123456789012-abcdef0123 ok", "app [REDACTED:slack-token] ok"),
+    ("machine h password n3trcS3cret login bob", "machine h password [REDACTED:password] login bob"),
+    ("curl https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX -d x",
+     "curl https://hooks.slack.com/services/[REDACTED:slack-webhook] -d x"),
+    ("see hooks.slack.com/services/ for webhooks", "see hooks.slack.com/services/ for webhooks"),
     (f"jwt={JWT}", "jwt=[REDACTED:jwt]"),
     (f"cookie {JWT};", "cookie [REDACTED:jwt];"),
     (
