@@ -81,12 +81,13 @@ its key (and its blank lines)."""
 _BLANK_LINES = 2
 """How many blank lines may stand between a YAML key and its value on a later line."""
 _NEXT_LINE = (
-    rf"{_YAML_HEAD}(?:\n(?:[ \t\r]*+\n){{0,{_BLANK_LINES}}}[ \t]+(?:-[ \t]+)?(?!-----){_NOT_OPEN}"
+    rf"{_YAML_HEAD}(?:\n(?:[ \t\r]*+\n){{0,{_BLANK_LINES}}}(?:[ \t]+(?:-[ \t]+)?|-[ \t]+)(?!-----){_NOT_OPEN}"
     rf"(?P<v4>(?:[^\s-]++|{_DASH})++(?:[ \t]+(?:[^\s-]++|{_DASH})++)*+)"
     r"""|\\n(?:[ \t]|\\t)++(?:-[ \t]+)?(?P<v7>[^\s"'\\]++))"""
 )
 """A YAML value on a later, more indented line (``password:`` or a block scalar ``password: |``):
-its first line, or a list's first item. A line that could itself be such a key (it ends in ``:``,
+its first line, or a list's first item (which YAML lets stand at the key's own indentation). A line
+that could itself be such a key (it ends in ``:``,
 ``=`` or a block scalar's header) is not taken as a value, so no match spans more than one line
 after the key and its blank lines. This is the one rule besides key blocks that reaches over a
 newline: the stream holds a line that ends in a keyword and a separator (and the blank lines after

@@ -257,7 +257,8 @@ class Redactor:
         first, text = text[:newline], text[newline + 1 :]
         lead = _LEAD_BLANKS.match(text)
         assert lead is not None  # it matches the empty string
-        if text[lead.end() : lead.end() + 1] in (" ", "\t") or _TAG_TAIL.search(first) or first in ("", "\r"):
+        if (text[lead.end() : lead.end() + 1] in (" ", "\t") or text[lead.end() : lead.end() + 2] in ("- ", "-\t")
+                or _TAG_TAIL.search(first) or first in ("", "\r")):
             # The dropped line may end in a key whose value is this line (or the one after its
             # blank lines): drop it too (unless it cannot be a value, being a key of that kind
             # itself). Any cut line may: the end of a YAML comment after a key can be any text. A

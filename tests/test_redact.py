@@ -938,3 +938,11 @@ def test_a_key_block_on_one_line_past_the_hard_bound_is_masked_to_its_end(read: 
     stream = Redactor().stream()
     out = "".join(stream.feed(text[i : i + read]) for i in range(0, len(text), read)) + stream.flush()
     assert out == Redactor().redact(text) == "x [REDACTED:private-key] after\nnext\n"
+
+
+def test_a_list_at_its_keys_own_indentation_is_masked() -> None:
+    """YAML lets a list's items stand at the indentation of its key."""
+    text = "passwords:\n- Hunt3rPassw0rd\n- second\n"
+    assert Redactor().redact(text) == "passwords:\n- [REDACTED:password]\n- second\n"
+    for cut in range(1, 11):  # a tail cut in the key's line: its value line goes with it
+        assert "Hunt3r" not in Redactor().redact_tail(text[cut:]), cut
