@@ -31,6 +31,13 @@ saturates.
 
 Run: python bench/bench_fleet.py [--sizes 10,30,100] [--repeat 3] [--skip ansible,parallel-ssh]
                                  [--scale 200 --scale-forks 10,25,50,100,200]
+Each sshd runs in a PID and mount namespace of its own, with its own /proc (``unshare --pid --fork
+--mount-proc``, as root), so that a host's sessions see only its processes, as on a real fleet:
+on a shared /proc each session's close-time check would read every other host's processes too (work
+that grows as N squared, which no real host does). ``--shared-proc`` runs them without (the
+default where namespaces cannot be made); the first line of output says which ran. The reference
+and every contender run against the same hosts.
+
 All traffic stays on loopback; every subprocess has a timeout.
 """
 
@@ -61,7 +68,7 @@ from remote_bash.audit import AuditLog
 from remote_bash.inventory import Inventory, load_inventory
 from remote_bash.models import Host
 from remote_bash.session import RemoteBashSession
-from tests.sshd import TestHosts, make_test_hosts
+from tests.sshd import TestHosts, make_test_hosts, own_proc_wrapper
 
 COMMAND = "uname -a"
 SUBPROCESS_TIMEOUT = 600
@@ -389,6 +396,9 @@ def main() -> None:
                         "or its whole name)")
     parser.add_argument("--scale", type=int, default=0, help="also the one-controller scale run on this many hosts")
     parser.add_argument("--scale-forks", default="10,25,50,100,200", help="forks values of the scale run")
+    parser.add_argument("--shared-proc", action="store_true",
+                        help="run every sshd in the one process table (by default each has a PID namespace "
+                        "and /proc of its own, as a real host has)")
     parser.add_argument("--memory-child", nargs=2, metavar=("KIND", "INVENTORY"), help=argparse.SUPPRESS)
     parser.add_argument("--scale-child", nargs=4, metavar=("KIND", "INVENTORY", "FORKS", "AUDIT"),
                         help=argparse.SUPPRESS)
@@ -416,7 +426,12 @@ def main() -> None:
 
     root = Path(tempfile.mkdtemp(prefix="rb-bench-fleet-"))
     os.chmod(root, 0o755)  # noqa: S103 (sshd, running as the test user, must reach the keys)
-    th = make_test_hosts(root)
+    own_proc = not args.shared_proc and own_proc_wrapper() is not None
+    th = make_test_hosts(root, own_proc=own_proc)
+    print("hosts: each sshd in a PID namespace with its own /proc (a host's processes only, as on a real "
+          "fleet)" if own_proc else "hosts: every sshd shares this machine's /proc (each host's close-time "
+          "check also reads every other host's processes)" + ("" if args.shared_proc else
+                                                                ": no PID namespace could be made here"))
     try:
         t = time.perf_counter()
         all_hosts = start_hosts(th, max([*sizes, args.scale]))

@@ -39,6 +39,9 @@ Writers in several threads, tasks and processes may share a host's file: each re
 written under an exclusive ``flock`` on the lock file (and a thread lock), with a single
 ``os.write`` on an ``O_APPEND`` descriptor. A short write (disk full, file size limit) is
 cut back with ``ftruncate`` before the error is raised, so no half line is left behind.
+:meth:`AuditLog.awrite` writes in the event loop's own thread when that cannot block (both
+locks free at once, no ``fsync``, the host's key and the directory already checked), else in a
+worker thread.
 
 When a write would pass ``RLIMIT_FSIZE`` the kernel sends SIGXFSZ, which by default ends
 the process. Programs using this module should ignore it
@@ -287,6 +290,11 @@ class AuditLog:
         for a value JSON cannot hold, and :class:`~remote_bash.errors.AuditError` when the
         record could not be written.
         """
+        return self._write(host, event, fields, wait=True)
+
+    def _write(self, host: str, event: str, fields: Mapping[str, Any], *, wait: bool) -> dict[str, Any]:
+        """:meth:`write`; without ``wait``, raises _WouldBlock before anything is written when a
+        lock is held."""
         if event not in EVENTS:
             raise ValueError(f"unknown audit event {event!r}; expected one of {', '.join(sorted(EVENTS))}")
         if clash := sorted(set(fields) & set(_RESERVED)):
@@ -307,24 +315,41 @@ class AuditLog:
                 if isinstance(extra[name], str):
                     extra[name] = self.redactor.redact(extra[name])
         key = self.key_for(host)
-        with self._thread_lock(host):
-            try:
-                if not self._dir_ready:
-                    private_dir(self.directory, what="the audit log")
-                    self._dir_ready = True
-                with _flocked(lock, fcntl.LOCK_EX, create=True):
-                    return self._append(host, event, path, extra, key)
-            except AuditError:
-                raise
-            except UnsafePath as exc:
-                raise AuditError(f"{exc.message}; the command was not run because it could not be audited",
-                                 host=host) from exc
-            except OSError as exc:
-                self._dir_ready = False  # the directory may have gone: check it again next time
-                raise _audit_error(host, path, exc) from exc
+        thread_lock = self._thread_lock(host)
+        if not thread_lock.acquire(blocking=wait):
+            raise _WouldBlock
+        try:
+            if not self._dir_ready:
+                private_dir(self.directory, what="the audit log")
+                self._dir_ready = True
+            with _flocked(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB, create=True):
+                return self._append(host, event, path, extra, key)
+        except (AuditError, _WouldBlock):
+            raise
+        except UnsafePath as exc:
+            raise AuditError(f"{exc.message}; the command was not run because it could not be audited",
+                             host=host) from exc
+        except BlockingIOError as exc:
+            if not wait and exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+                raise _WouldBlock from exc
+            self._dir_ready = False
+            raise _audit_error(host, path, exc) from exc
+        except OSError as exc:
+            self._dir_ready = False  # the directory may have gone: check it again next time
+            raise _audit_error(host, path, exc) from exc
+        finally:
+            thread_lock.release()
 
     async def awrite(self, host: str, event: str, /, **fields: Any) -> dict[str, Any]:
-        """:meth:`write` in a worker thread, for callers in async code."""
+        """:meth:`write`, for callers in async code: at once when nothing can make it wait (both
+        locks free, no ``fsync``, the host's key loaded and the directory checked: a few system
+        calls on the page cache, cheaper than a worker thread's round trip), else in a worker
+        thread."""
+        if not self.fsync and self._dir_ready and (host in self._keys or not callable(self._key)):
+            try:
+                return self._write(host, event, fields, wait=False)
+            except _WouldBlock:
+                pass
         return await asyncio.to_thread(self.write, host, event, **fields)
 
     def _thread_lock(self, host: str) -> threading.Lock:
@@ -675,6 +700,10 @@ def _read_head(path: Path, name: str, key: bytes | None) -> Anchor | None:
         return parse_head(_read_all(path), name, key)
     except (FileNotFoundError, ValueError):
         return None
+
+
+class _WouldBlock(Exception):
+    """A lock of the log is held elsewhere: the write must wait for it (in a worker thread)."""
 
 
 class _HeadUnchanged(AuditError):

@@ -373,7 +373,17 @@ def init_script(token: CallToken, names: ShellNames, env: dict[str, str], ulimit
         "\"${OSTYPE-} ${_rbk:-?} ${HOSTTYPE-}\" \"${USER:-${LOGNAME-}}\" \"${_rbu-}\""
     )
     lines.append(f"{names.after} {token.call_id} {token.second}")
-    return ("\n".join(lines) + "\n").encode() + driver(names)
+    script = ("\n".join(lines) + "\n").encode()
+    if not script.isascii():
+        return script + driver(names)
+    # bash reads a script from a pipe one byte per system call (so as not to take a child's input):
+    # these 2 KB would cost as many reads. Plain ASCII (a character is a byte in any locale) goes
+    # whole instead: one line, parsed whole before its ``read -N`` takes the rest, reads the
+    # settings and runs them. The driver is not part of it: it stays at top level (a command run
+    # inside an ``eval`` would be traced one level deeper by ``set -x``).
+    body = b"builtin unset -v _rbI\n" + script
+    return (f"builtin read -r -N {len(body)} _rbI || builtin exit 1; builtin eval \"$_rbI\"\n".encode() + body
+            + driver(names))
 
 
 @dataclass

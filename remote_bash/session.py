@@ -337,7 +337,7 @@ class RemoteBashSession:
             if self._conn is not None and self._conn.is_closed and self.info is not None:
                 # Lost between calls: what earlier calls left in the background runs on there.
                 self._orphan()
-            report = await self._drop_shell(kill=True)
+            report = await self._drop_shell(kill=True, closing=True)
             self._deadline.cancel()
             unstopped: ConnectionLost | None = None
             if self._orphaned:
@@ -536,7 +536,11 @@ class RemoteBashSession:
             self._call = None
             self._on_data(rest)
 
-    async def _drop_shell(self, *, kill: bool) -> KillReport | None:
+    async def _drop_shell(self, *, kill: bool, closing: bool = False) -> KillReport | None:
+        """End the shell (with ``kill``, everything the session left running first). ``closing``:
+        the connection is closed right after, which ends the channel with it: a shell that
+        reported the end of its kill script is then not sent a channel close of its own (two
+        packets each way, and a wait for the answer)."""
         shell, self._shell = self._shell, None
         self._between = None
         if shell is None:
@@ -583,6 +587,8 @@ class RemoteBashSession:
                         tag, "KILL", also_pid=info.shell_pid, below=info.shell_pid, since=since), timeout=10)
                     out = text.encode()
             report = await self._session_end_report(out.decode("utf-8", "replace"), since)
+            if closing and b"RBKILL " in out and self._conn is conn:
+                return report
         shell.close()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(shell.closed.wait(), 2)

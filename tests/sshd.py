@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,23 @@ from remote_bash.models import Host
 from remote_bash.sandbox import SshdServer, generate_keypair, start_sshd
 
 TEST_USER = "rbtest"
+
+
+def own_proc_wrapper() -> list[str] | None:
+    """The command that starts an sshd in a PID and mount namespace of its own, with its own /proc
+    (``unshare --pid --fork --mount-proc``), or None where that cannot be done (not root, no
+    ``unshare``, or the kernel refuses).
+
+    On loopback every sshd shares one process table, so each host's sessions see every other
+    host's processes: a real host sees only its own. In its own namespace an sshd and everything
+    it starts see only that host's processes, and ``--kill-child`` ends them with ``unshare``
+    (the sshd is the namespace's init: when it ends, the kernel ends the rest)."""
+    exe = shutil.which("unshare")
+    if exe is None or os.geteuid() != 0:
+        return None
+    argv = [exe, "--pid", "--fork", "--mount-proc", "--kill-child"]
+    probe = subprocess.run([*argv, "true"], capture_output=True, timeout=10, check=False)
+    return argv if probe.returncode == 0 else None
 
 
 def ensure_test_user() -> str:
@@ -40,6 +58,8 @@ class TestHosts:
     client_key: Path
     known_hosts: Path
     servers: dict[str, SshdServer] = field(default_factory=dict)
+    wrapper: tuple[str, ...] = ()
+    """What every sshd is started under (:func:`own_proc_wrapper`: a host's own process table)."""
     _next: int = 2
 
     def start(
@@ -54,6 +74,7 @@ class TestHosts:
             users=[self.user],
             authorized_keys=[self.client_key.with_suffix(".pub").read_text()],
             extra_config=extra_config,
+            wrapper=self.wrapper,
         )
         self.servers[name] = server
         with self.known_hosts.open("a") as fh:
@@ -85,6 +106,7 @@ class TestHosts:
             users=[self.user],
             authorized_keys=[self.client_key.with_suffix(".pub").read_text()],
             host_key=old.workdir / "ssh_host_ed25519_key",
+            wrapper=self.wrapper,
         )
         self.servers[name] = server
         return server
@@ -94,14 +116,22 @@ class TestHosts:
             server.stop()
 
 
-def make_test_hosts(root: Path) -> TestHosts:
+def make_test_hosts(root: Path, *, own_proc: bool = False) -> TestHosts:
+    """``own_proc``: start each sshd in a PID namespace with its own /proc (see
+    :func:`own_proc_wrapper`); raises RuntimeError where that cannot be done."""
+    wrapper: tuple[str, ...] = ()
+    if own_proc:
+        got = own_proc_wrapper()
+        if got is None:
+            raise RuntimeError("cannot start sshd in a PID namespace of its own here (needs root and unshare)")
+        wrapper = tuple(got)
     user = ensure_test_user()
     root.mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o755)  # noqa: S103 - sshd reads authorized_keys here as the test user
     key = generate_keypair(root / "client_ed25519", "remote-bash-tests")
     known = root / "known_hosts"
     known.touch()
-    return TestHosts(root=root, user=user, client_key=key, known_hosts=known)
+    return TestHosts(root=root, user=user, client_key=key, known_hosts=known, wrapper=wrapper)
 
 
 def processes_with(marker: str, user: str) -> list[str]:

@@ -175,6 +175,30 @@ async def test_awrite(tmp_path: Path) -> None:
     assert await asyncio.to_thread(log.read, HOST) == [record]
 
 
+async def test_awrite_never_writes_past_a_held_lock_nor_blocks_the_event_loop(tmp_path: Path) -> None:
+    """``awrite`` writes at once only when no lock is held: a writer holding the log's lock (another
+    process, another log object) makes it wait in a worker thread, and the chain stays whole."""
+    import fcntl
+
+    log = AuditLog(tmp_path)
+    await log.awrite(HOST, "session.start", session_id="s1")  # directory checked: the next can go at once
+    lock = log.path(HOST).with_name(f"{log.path(HOST).name}.lock")
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        pending = asyncio.ensure_future(log.awrite(HOST, "exec.start", command="true", session_id="s1"))
+        for _ in range(20):  # turns of the event loop: it runs on while the write waits
+            await asyncio.sleep(0)
+        assert not pending.done()
+        assert len(log.path(HOST).read_bytes().splitlines()) == 1
+    finally:
+        os.close(fd)  # releases the lock
+    record = await pending
+    assert record["seq"] == 2
+    assert log.verify(HOST).ok
+    assert await log.awrite(HOST, "exec.end", exit_code=0, session_id="s1") == log.read(HOST)[-1]
+
+
 def test_two_logs_on_one_directory_keep_one_chain(tmp_path: Path) -> None:
     first, second = AuditLog(tmp_path), AuditLog(tmp_path)
     for i in range(10):

@@ -302,3 +302,22 @@ def test_a_continue_of_more_levels_than_the_frame_has_still_ends_its_call() -> N
 ])
 def test_may_run_a_subshell(command: str, expected: bool) -> None:
     assert may_run_a_subshell(command) is expected
+
+
+@pytest.mark.parametrize("value", ["plain", "caf\u00e9 \u2603"])
+def test_the_start_up_script_is_read_whole_or_as_before_and_leaves_nothing_behind(value: str) -> None:
+    """Plain ASCII settings are read with one ``read -N`` (not a system call per byte), others as
+    plain script text; either way the settings hold and the variable that carried them is gone."""
+    import subprocess
+
+    from remote_bash.framing import init_script
+
+    names, first, token = ShellNames.new(), CallToken.new(), CallToken.new()
+    data = init_script(first, names, {"RB_VALUE": value}, [], None)
+    assert data.startswith(b"builtin read -r -N ") == data.isascii()
+    data += frame_command('printf "%s|" "$RB_VALUE"; [[ -v _rbI ]] && echo leaked || echo gone', token, names)
+    out = subprocess.run(["bash", "--noprofile", "--norc"], input=data, capture_output=True, timeout=30,
+                         check=False).stdout
+    scan = FrameScanner(token).feed(FrameScanner(first).feed(out).rest)
+    assert scan.done and scan.status == 0
+    assert scan.data.decode() == f"{value}|gone\n"
