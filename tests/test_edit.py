@@ -599,8 +599,22 @@ async def test_views_snippets_and_diffs_mask_values_on_a_later_line(session: Rem
     assert len(diffs) == 3
     for diff in diffs:
         assert not any(s in diff for s in (*secrets, "K8sN3wV", "YamlN3wV", "XmlN3wV")), diff
-        assert "\n+" in diff and "[REDACTED:password]" in diff
+        assert "\n-" in diff and "\n+" in diff and "[REDACTED:password]" in diff
     assert "+  value: [REDACTED:password]" in diffs[0]
+    assert "\n-[REDACTED:password]\n+[REDACTED:password]\n" in diffs[2]  # XML text: its -/+ kept
+
+
+async def test_a_view_keeps_the_lines_after_a_key_with_no_value(session: RemoteBashSession, work: Path) -> None:
+    """Lines are masked once, before they are numbered: a line's number and indentation are not a
+    value of the key on the line before."""
+    f = put(work / "k.yaml", "password:\nother: visible1\n<password>\n</password>\nsecret:\n\n  s3cretV\n")
+    for view in (await edit(session, command="view", path=str(f)),
+                 await edit(session, command="view", path=str(f), view_range=[1, -1])):
+        shown = view["content"]
+        assert "     2\tother: visible1\n" in shown and "     4\t</password>" in shown, shown
+        assert "     6\t\n" in shown and "     7\t  [REDACTED:secret]" in shown and "s3cretV" not in shown
+    done = await edit(session, command="insert", path=str(f), insert_line=1, insert_text="added: 1\n")
+    assert "     2\tadded: 1\n     3\tother: visible1\n" in done["content"], done["content"]
 
 
 async def test_a_range_inside_a_private_key_block_is_masked(session: RemoteBashSession, work: Path) -> None:

@@ -48,6 +48,13 @@ Clean = Callable[[str], str]
 removed and its secrets masked (the session gives it); the identity here, where nothing is shown."""
 
 
+class Masked(str):
+    """A result whose lines were masked each in its file's context before they were numbered: masking
+    the numbered text again would take a line's number and indentation for a YAML value's."""
+
+    __slots__ = ()
+
+
 def _same(text: str) -> str:
     return text
 
@@ -192,7 +199,7 @@ def view_file(doc: Document, path: str, view_range: object | None,
         cut = (f"\n[... the view was cut at {max_characters:,} characters: view a smaller view_range to see "
                "the rest]")
     span = "" if (start, end) == (1, total) else f" (lines {start}-{end} of {total})"
-    return f"Here's the content of {path} with line numbers{span}{note}:\n{body}{cut}"
+    return Masked(f"Here's the content of {path} with line numbers{span}{note}:\n{body}{cut}")
 
 
 def _line_of(text: str, pos: int) -> int:
@@ -254,8 +261,8 @@ def snippet(text: str, first: int, last: int, path: str, clean: Clean = _same, m
     end = min(len(lines), max(last, first) + SNIPPET_LINES)
     shown = number_lines(masked_lines(lines, start, end, clean, mask_lines), start) if lines else \
         "(the file is now empty)"
-    return (f"The file {path} has been edited. Here's the result of the change, with line numbers:\n{shown}\n"
-            "Review the change and make sure it is as expected; edit the file again if not.")
+    return Masked(f"The file {path} has been edited. Here's the result of the change, with line numbers:\n"
+                  f"{shown}\nReview the change and make sure it is as expected; edit the file again if not.")
 
 
 def diff_excerpt(before: str, after: str, path: str, limit: int = 2000, *, clean: Clean = _same,
@@ -304,7 +311,9 @@ def diff_excerpt(before: str, after: str, path: str, limit: int = 2000, *, clean
             out.append(line[:1] + old_shown[old_at])
             old_at += 1
             new_at += 1
-    text = mask("\n".join(out))
+    # Lines masked in their files' context are not masked again once prefixed (a "+" before a line
+    # would be read as part of a value on the line after its key).
+    text = "\n".join(out) if mask_lines is not _same else mask("\n".join(out))
     if len(text) > limit:
         end = text.rfind("\n", 0, limit + 1)
         text = (text[:end] if end > 0 else text[:limit]) + f"\n[... diff cut at {limit:,} characters]"

@@ -217,12 +217,14 @@ class EditHandler(SessionTool):
         return "/".join(self._clean(part) for part in path.split("/"))
 
     def _shown(self, text: str, *paths: str | None) -> str:
+        masked = isinstance(text, _text.Masked)
         for path in paths:
             if path:
                 shown = self._path(path)
                 if shown != path:
                     text = text.replace(path, shown)
-        return self._clean(text)
+        # A view's or snippet's lines were masked before they were numbered: not again after.
+        return text if masked else self._clean(text)
 
     def _reply(self, tool_use_id: str | None, text: str, is_error: bool, *paths: str | None) -> dict[str, Any]:
         shown, _cut = _text.bound(self._shown(text, *paths), self.session.host.output_limit)
@@ -333,8 +335,8 @@ class EditHandler(SessionTool):
                               owner_kept=kept)
         result = _text.snippet(text, first, last, path, self._line, self._lines)
         if not kept:
-            result += (f"\nNote: the file belonged to uid {info.uid}, gid {info.gid}; the new file is owned by the "
-                       "remote user, who may not give files away.")
+            result = _text.Masked(result + f"\nNote: the file belonged to uid {info.uid}, gid {info.gid}; the new "
+                                  "file is owned by the remote user, who may not give files away.")
         return result, False
 
     async def _create(self, files: _Files, path: str, info: FileInfo, file_text: str,
