@@ -74,8 +74,17 @@ _MARKER_TAIL = re.compile(r"[A-Z0-9 ]*[A-Z]-----|-{1,5}")
 """What a cut can leave of a key block's marker line (``E KEY-----``, or only some of its dashes)."""
 _ANY_KEY_END = _END_RE
 """The first END marker of a private key block."""
-_CLOSED_LINE = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY-----\s*\Z")
-"""A line that ends with a key block's END marker: nothing after it is a key's body."""
+_CLOSED_LINE = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY-----")
+"""A key block's END marker: a line holding one with no BEGIN after it closes its block."""
+
+
+def _closes_block(line: str) -> bool:
+    """Whether ``line`` holds a key block's END marker after its last BEGIN: what follows it is not
+    a key's body, whatever text comes after the marker on the line."""
+    at = line.rfind("-----END ")
+    while at >= 0 and not _CLOSED_LINE.match(line, at):
+        at = line.rfind("-----END ", 0, at)
+    return at >= 0 and line.find("-----BEGIN", at) < 0
 
 
 def _first_char(alternative: str) -> str:
@@ -280,7 +289,7 @@ class Redactor:
                 elif named and text[:1] in (" ", "\t") and third < 0:
                     return ""
         marker = first.rstrip("\r")
-        if ("PRIVATE KEY" in marker or _MARKER_TAIL.fullmatch(marker)) and not _CLOSED_LINE.search(marker):
+        if ("PRIVATE KEY" in marker or _MARKER_TAIL.fullmatch(marker)) and not _closes_block(marker):
             # The dropped line opened a key block (or was the end of a marker line: no telling
             # which): what follows is its body up to the first END, as it would be for the whole.
             end = _ANY_KEY_END.search(text)

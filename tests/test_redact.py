@@ -946,3 +946,14 @@ def test_a_list_at_its_keys_own_indentation_is_masked() -> None:
     assert Redactor().redact(text) == "passwords:\n- [REDACTED:password]\n- second\n"
     for cut in range(1, 11):  # a tail cut in the key's line: its value line goes with it
         assert "Hunt3r" not in Redactor().redact_tail(text[cut:]), cut
+
+
+def test_a_tail_cut_in_a_line_that_closes_a_key_block_keeps_the_lines_after() -> None:
+    """An END marker with text after it on the cut line still closes the block: what follows is
+    output, not a key's body."""
+    lines = "".join(f"nextline {i}\n" for i in range(5))
+    for after in (" AFTER", "", "\tmore -----"):
+        tail = Redactor().redact_tail(f"AAAA -----END RSA PRIVATE KEY-----{after}\n{lines}")
+        assert tail == lines, (after, tail)
+    reopened = Redactor().redact_tail("AA -----END RSA PRIVATE KEY----- -----BEGIN RSA PRIVATE KEY-----\nbody\n")
+    assert reopened == "[REDACTED:private-key]"
