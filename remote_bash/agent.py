@@ -182,7 +182,9 @@ async def _run(task: str, session: RemoteBashSession | ToolSet, config: AgentCon
         tools = [t.to_dict() for t in _host_tools(session, config, None)]
     # The session's redactor (with its host's patterns and known secrets); for a set of tools
     # over many hosts, the built-in secret formats.
-    redact = session.redact if isinstance(session, RemoteBashSession) else Redactor().redact
+    # Every string of a transcript may be a command (Claude's tool inputs): masked as one is, its
+    # backslash-newline continuations joined where that shows a secret.
+    redact = session.redact_command if isinstance(session, RemoteBashSession) else Redactor().redact_command
     transcript, messages = await asyncio.to_thread(_prepare, task, name, user, tools, config, system, resume,
                                                    redact)
     loop = _Loop(session, config, client, on_event or (lambda event: None), transcript, messages, system,

@@ -288,7 +288,7 @@ def test_fleet_masks_each_hosts_output_with_every_hosts_patterns(env: dict[str, 
 
 
 def test_run_masks_commands_in_the_live_view_json_events_and_transcript(env: dict[str, str]) -> None:
-    command = f"export API_KEY={PASSWORD}; echo 'password: {PASSWORD}'"
+    command = f"export API_KEY={PASSWORD}; echo 'password: {PASSWORD}'; true --password \\\n RunC0ntPw"
     script = [
         Reply([text(f"Setting password={PASSWORD} now."), tool_use({"command": command}, id="toolu_r1")]),
         Reply([text("Done.")]),
@@ -312,3 +312,4 @@ def test_run_masks_commands_in_the_live_view_json_events_and_transcript(env: dic
     for shown in (live.stdout, live.stderr, as_json.stdout, transcript_text,
                   json.dumps(audit_records(env, "redact-a"))):
         assert PASSWORD not in shown
+        assert "RunC0ntPw" not in shown  # a continued line is masked as joined, in the transcript too
