@@ -324,7 +324,7 @@ class FleetPool:
                 stop.set()
             results[index] = result
             if (session := self._sessions.get(host.name)) is not None:
-                maskers.append(session.redact)  # its keyring secrets too
+                maskers.append(session.redact_command)  # its keyring secrets too
             progress.end(result, ran=result.status != "skipped")
             if not keep_open:
                 await self.discard(host)
@@ -333,11 +333,13 @@ class FleetPool:
             for index, host in enumerate(selected):
                 tasks.create_task(one(index, host))
         done = [r for r in results if r is not None]
-        # The command as shown and stored (--json, --output-dir headers): masked with the built-in
-        # formats, every selected host's patterns and what each host's session masks.
-        shown = Redactor(sorted({p for h in selected for p in h.redact})).redact_command(command)
-        for masker in maskers:
+        # The command as shown and stored (--json, --output-dir headers): masked with what each host's
+        # session masks, its known secrets first (whole, before a keyword's rule takes the first word
+        # of one), then with the built-in formats and every selected host's patterns.
+        shown = command
+        for masker in dict.fromkeys(maskers):
             shown = masker(shown)
+        shown = Redactor(sorted({p for h in selected for p in h.redact})).redact_command(shown)
         return FleetResult(command=shown, pattern=pattern, results=done,
                            duration=time.monotonic() - progress.started)
 
