@@ -56,6 +56,8 @@ __all__ = ["AuditSink", "RemoteBashSession", "RemoteInfo", "SessionState", "defa
 KILL_GRACE = 1.0
 """Seconds to wait after each signal before escalating to the next."""
 # More KILL rounds after the last, while the check after each still finds processes of the call.
+_EMPTY_SCANS = 3
+"""Scans in a row that must find nothing of a killed call before it is taken as gone."""
 _KILL_REPEATS = 3
 LOST_KILL_DEADLINE = 5.0
 """Seconds the kill of what a lost connection left running may take once reconnected; with the
@@ -890,7 +892,7 @@ class RemoteBashSession:
                 sent.append("TERM")  # those that ignore INT got TERM in its round
             await self._wait(call, shell, self._kill_grace if found or sig == "INT" else 0.05)
             if call.finished:
-                last, _ = await self._signal(conn, tag, "0", since=since)
+                last = await self._survivors(conn, tag, since)
                 survivors = last.count
                 if survivors == 0:
                     break
@@ -905,7 +907,7 @@ class RemoteBashSession:
             await self._wait(call, shell, 2.0)
             replaced = True
         if not shell.closed.is_set() or replaced:
-            last, _ = await self._signal(conn, tag, "0", since=since)
+            last = await self._survivors(conn, tag, since)
             survivors = last.count
         # A scan can miss what a loaded host let run on between its scans (a chain that re-forks
         # faster than the freeze reads /proc): while the check still finds some, KILL again, bounded.
@@ -915,13 +917,24 @@ class RemoteBashSession:
             scan, _replied = await self._signal(conn, tag, "KILL", since=since)
             if scan.count and "KILL" not in sent:
                 sent.append("KILL")
-            last, _replied = await self._signal(conn, tag, "0", since=since)
+            last = await self._survivors(conn, tag, since)
             survivors = last.count
         report = KillReport(signals=sent, survivors=survivors, shell_replaced=replaced, cgroup=last.cgroup,
                             unchecked=_unchecked(last, since, "the command"))
         await self._audit_write("exec.kill", call_id=call.token.call_id, reason=why, kill=report.model_dump(),
                                 strict=False)
         return report
+
+    async def _survivors(self, conn: SshConnection, tag: str, since: int | None) -> reaper.KillScan:
+        """What is left of the call: a scan that finds nothing is trusted only when the next ones
+        (``_EMPTY_SCANS`` in a row) find nothing either. One scan reads /proc in pid order, and a
+        chain that re-forks can be between two of its pids as it passes (a pid reused below it)."""
+        scan = reaper.KillScan()
+        for _ in range(_EMPTY_SCANS):
+            scan, _replied = await self._signal(conn, tag, "0", since=since)
+            if scan.count:
+                break
+        return scan
 
     async def _signal(self, conn: SshConnection, tag: str, sig: str, *, since: int | None,
                       abort_pid: int | None = None, stop: bool = False) -> tuple[reaper.KillScan, float]:
