@@ -15,8 +15,9 @@ argv in, options or a one-line usage error out), and ``_app`` (:func:`main`), wh
 command's module only when that command runs.
 
 ``exec --keep HOST -- COMMAND`` in its plain shape skips even the parser: :func:`main` hands it to
-``_keep``'s fast path, which loads the standard library, ``_output``, ``_paths`` and ``errors``
-only; anything else (or anything unusual in it) goes through the parser in ``_grammar``.
+``_keepc``, the kept call's client, which loads ``_output``, ``_signals``, ``_paths`` and the
+interpreter's built-in modules (and ``_socket``) only; anything else (or anything unusual in it)
+goes through the parser in ``_grammar``.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(words: list[str]) -> int:
     if "--" in words and "exec" in words[: words.index("--")]:
-        from ._keep import fast_exec
+        from ._keepc import fast_exec
 
         status = fast_exec(words, os.environ)
         if status is not None:
