@@ -29,12 +29,12 @@ import errno
 import os
 import pwd
 import stat
-from collections.abc import Mapping
 
-# Not at module level: pathlib (and the errors) would cost a kept call's client more than its call,
+# Not at module level: pathlib, the errors (and collections.abc) would cost a kept call's client more than its call,
 # and it needs only the string forms (``*_path``, :func:`private_path`).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from pathlib import Path
 
     from .errors import UnsafePath

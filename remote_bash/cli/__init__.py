@@ -24,17 +24,20 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
 
-from ._output import (
-    EXIT_ERROR,
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_NOT_ALLOWED,
-    EXIT_REFUSED,
-    EXIT_TIMEOUT,
-    EXIT_USAGE,
-)
+TYPE_CHECKING = False  # not typing's: a kept call's client loads this module, and typing costs it
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ._output import (
+        EXIT_ERROR,
+        EXIT_FAILED,
+        EXIT_INTERRUPTED,
+        EXIT_NOT_ALLOWED,
+        EXIT_REFUSED,
+        EXIT_TIMEOUT,
+        EXIT_USAGE,
+    )
 
 __all__ = [
     "EXIT_ERROR",
@@ -46,6 +49,16 @@ __all__ = [
     "EXIT_USAGE",
     "main",
 ]
+
+
+def __getattr__(name: str) -> int:
+    # The exit statuses, from _output on first use: a kept call's client prints through it only on error.
+    if name.startswith("EXIT_") and name in __all__:
+        from . import _output
+
+        value: int = getattr(_output, name)
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

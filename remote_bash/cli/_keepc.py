@@ -3,10 +3,10 @@
 A kept session is a host's session held by a small per-user background process (``_keepd``) that
 listens on a private unix socket in the runtime directory, so the next ``exec --keep`` on that
 host reuses the same remote shell. This module is all a call on a running kept session loads
-beyond ``_output``, ``_signals`` and ``_paths``: the interpreter's built-in modules (``posix``,
+beyond ``_signals``, ``_input`` and ``_paths``: the interpreter's built-in modules (``posix``,
 ``_signal``, ``time``) and ``_socket``; no ``pathlib``, ``json``, ``contextlib``, ``signal``, nor the
-error classes, which would cost a call more than its round trip (``tests/test_keep.py`` holds the
-module set). Starting the background process, and every error, loads what it needs when it happens.
+error classes or ``_output``, which would cost a call more than its round trip (``tests/test_keep.py``
+holds the module set). Starting the background process, and every error, loads what it needs when it happens.
 It never re-sends a request: a background process that dies mid-call is an error, not a retry.
 
 Protocol (version 3): one JSON line from the client, ``{"v": 3, "op": "run", "key": {...},
@@ -35,8 +35,6 @@ import sys
 import time
 
 from remote_bash._paths import config_path, open_private, private_path, runtime_path, state_path
-
-from ._output import EXIT_FAILED, EXIT_INTERRUPTED, PROG, _err, _exit_code, _NoApiKey, _one_line, _UsageError
 
 TYPE_CHECKING = False  # not typing's: importing typing would cost a kept call more than its round trip
 if TYPE_CHECKING:
@@ -188,6 +186,8 @@ def dumps(value: object) -> str:
             import json
 
             return json.dumps(value, ensure_ascii=False)
+        if value.isprintable() and '"' not in value and "\\" not in value:  # nothing to escape: the usual case
+            return '"' + value + '"'
         return '"' + value.translate(_ESCAPES) + '"'
     if isinstance(value, int):
         return int.__repr__(value)
@@ -212,7 +212,10 @@ def key_name(key: Mapping[str, str | None]) -> str:
     """The key's file name: a checksum of the key, not hashlib (loading OpenSSL would cost more than
     the rest of the client); a collision could only get a refusal, since the process compares the
     whole key."""
-    data = encode(dict(sorted(key.items())))
+    return _name_of(encode(dict(sorted(key.items()))))
+
+
+def _name_of(data: bytes) -> str:
     return f"{int.from_bytes(data, 'big') % 0xFFFFFFFFFFFFFFC5:016x}{len(data) & 0xFFFF:04x}"
 
 
@@ -226,6 +229,8 @@ def _setting(env: Mapping[str, str]) -> float | None:
     value = env.get(SETTING, "").strip()
     if not value:
         return None
+    from ._output import _UsageError
+
     try:
         seconds = float(value)
     except ValueError:
@@ -419,17 +424,21 @@ def _reach(key: dict[str, str | None], name: str, idle: float, env: Mapping[str,
 def exec_kept(args: KeepArgs, env: Mapping[str, str] = os.environ) -> int:
     """``exec --keep``: run the command in the host's kept session; the exit status as plain ``exec``."""
     words: list[str] | None = args.words
-    if not words or not " ".join(words).strip():
-        raise _UsageError(f"no command: put it after '--', e.g. {PROG} exec --keep web-1 -- uptime")
-    if args.allow is not None and not args.allow.strip():
-        raise _UsageError("--allow: the allowlist pattern is empty; use 'all' to allow every host")
     from ._input import has_input
 
-    if not getattr(args, "no_stdin", False) and has_input():
+    stdin = not getattr(args, "no_stdin", False) and has_input()
+    if not words or not " ".join(words).strip() or (args.allow is not None and not args.allow.strip()) or stdin:
+        from ._output import PROG, _UsageError
+
+        if not words or not " ".join(words).strip():
+            raise _UsageError(f"no command: put it after '--', e.g. {PROG} exec --keep web-1 -- uptime")
+        if args.allow is not None and not args.allow.strip():
+            raise _UsageError("--allow: the allowlist pattern is empty; use 'all' to allow every host")
         raise _UsageError("exec --keep does not pass stdin on to the command: use a session of its own "
                           "(--no-keep) to send it, or -n (or </dev/null) to send none")
     key = session_key(args, env)
-    name = key_name(key)
+    key_text = encode(dict(sorted(key.items())))
+    name = _name_of(key_text)  # key_name(key)
     idle = idle_timeout(args, env)
     host = key["host"] or "the default host"
     sock = _reach(key, name, idle, env, args.debug)
@@ -447,8 +456,9 @@ def exec_kept(args: KeepArgs, env: Mapping[str, str] = os.environ) -> int:
 
     previous = _signal.signal(_signal.SIGINT, interrupt)
     # "terminal": the output is escaped as exec escapes it on a terminal, and goes as it is to a pipe or file.
-    request = encode({"v": PROTOCOL, "op": "run", "key": key, "command": " ".join(words), "timeout": args.timeout,
-                      "json": bool(args.json), "idle": idle, "terminal": sys.stdout.isatty()}) + b"\n"
+    rest = encode({"command": " ".join(words), "timeout": args.timeout, "json": bool(args.json), "idle": idle,
+                   "terminal": sys.stdout.isatty()})
+    request = b'{"v": %d, "op": "run", "key": %s, %s\n' % (PROTOCOL, key_text, rest[1:])
     restarts = 0
     try:
         replies = _request(sock, request, key, env, name)
@@ -463,7 +473,7 @@ def exec_kept(args: KeepArgs, env: Mapping[str, str] = os.environ) -> int:
                 code, _, line = text.partition(" ")
                 status = int(code)
                 # (a SIGTERM that took Ctrl-C's path is said by main, naming it)
-                if line and not (interrupted and status == EXIT_INTERRUPTED and _signalled()):
+                if line and not (interrupted and _said_by_main(status)):
                     sys.stderr.write(line)
                     sys.stderr.flush()
                 return status
@@ -480,6 +490,8 @@ def exec_kept(args: KeepArgs, env: Mapping[str, str] = os.environ) -> int:
                 pid_text, _, why = text.partition(" ")
                 pid = int(pid_text)
                 if not _wait_exit(pid):
+                    from ._output import PROG
+
                     raise _error(f"{host}: the kept session (pid {pid}) is closing ({why}) and still finishing a "
                                  f"call after {START_WAIT:g} s; nothing was run: try again once it ends "
                                  f"('{PROG} sessions')", host=key["host"] or None)
@@ -500,6 +512,8 @@ def exec_kept(args: KeepArgs, env: Mapping[str, str] = os.environ) -> int:
 def _no_answer(host: str, key: Mapping[str, str | None], pid: int, interrupted: bool) -> int:
     """The background process said nothing for SILENCE seconds: say so (its pid, what to do), never
     that the command was killed or ran; the status of an error, or of the interrupt that was asked."""
+    from ._output import EXIT_INTERRUPTED, PROG, _err
+
     process = f"the kept session's background process{f' (pid {pid})' if pid else ''}"
     todo = (f"stop it with '{PROG} sessions stop {key['host'] or '--all'}'" + (f" or kill {pid}" if pid else ""))
     if not interrupted:
@@ -516,10 +530,12 @@ def _no_answer(host: str, key: Mapping[str, str | None], pid: int, interrupted: 
     return EXIT_INTERRUPTED
 
 
-def _signalled() -> bool:
+def _said_by_main(status: int) -> bool:
+    """Whether ``status`` is Ctrl-C's after a SIGTERM that took Ctrl-C's path: main says that, naming it."""
+    from ._output import EXIT_INTERRUPTED
     from ._signals import received
 
-    return received() is not None
+    return status == EXIT_INTERRUPTED and received() is not None
 
 
 def _wait_exit(pid: int) -> bool:
@@ -541,6 +557,8 @@ def _request(sock: _socket.socket, request: bytes, key: Mapping[str, str | None]
     try:
         sock.sendall(request)
     except TimeoutError:
+        from ._output import PROG
+
         raise _error(f"{host}: the kept session's background process (pid {peer_pid(sock)}) did not take the "
                      f"request within {SILENCE:g} s (stopped or hung); nothing was run: stop it with "
                      f"'{PROG} sessions stop {key['host'] or '--all'}'") from None
@@ -646,8 +664,12 @@ def fast_exec(words: list[str], env: Mapping[str, str] = os.environ) -> int | No
     try:
         if not wanted(args, env):
             return None
-    except _UsageError:
-        return None  # the parser path says what is wrong with the setting, as it always has
+    except Exception as exc:
+        from ._output import _UsageError
+
+        if isinstance(exc, _UsageError):
+            return None  # the parser path says what is wrong with the setting, as it always has
+        raise
     if hasattr(_signal, "SIGXFSZ"):
         # As in main(): a file-size limit must become an error, in a background process started here too.
         _signal.signal(_signal.SIGXFSZ, _signal.SIG_IGN)
@@ -659,6 +681,8 @@ def fast_exec(words: list[str], env: Mapping[str, str] = os.environ) -> int | No
 
 def failed(exc: BaseException, debug: bool) -> int:
     """The exit status of a command that raised ``exc``, after its one-line message: as ``main()``."""
+    from ._output import EXIT_FAILED, PROG, _err, _exit_code, _NoApiKey, _one_line, _UsageError
+
     if isinstance(exc, KeyboardInterrupt):
         from ._signals import interrupted
 

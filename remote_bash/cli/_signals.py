@@ -18,8 +18,6 @@ import os
 import sys
 import time
 
-from ._output import EXIT_INTERRUPTED, PROG, _err
-
 TYPE_CHECKING = False  # not typing's: a kept call's client loads this module, and typing costs it
 if TYPE_CHECKING:
     import signal as _signal
@@ -76,6 +74,8 @@ def status(code: int) -> int:
         return code
     if not _finished[0].is_set():
         _finished[0].set()
+        from ._output import PROG, _err
+
         _err(f"{PROG}: stopped by {name(signum)}: as on Ctrl-C, what was running on a host was killed and "
              "audited, and the sessions closed")
     return 128 + signum
@@ -84,6 +84,8 @@ def status(code: int) -> int:
 def interrupted() -> int:
     """For ``except KeyboardInterrupt``: Ctrl-C's line and status, or those of the signal that
     took Ctrl-C's path."""
+    from ._output import EXIT_INTERRUPTED, PROG, _err
+
     if received() is None:
         _err(f"{PROG}: interrupted")
         return EXIT_INTERRUPTED
@@ -95,6 +97,8 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     if _received:
         left = max(0.0, CLEANUP_DEADLINE - (time.monotonic() - _started))
         import contextlib
+
+        from ._output import PROG, _err
 
         with contextlib.suppress(RuntimeError):  # a write interrupted by this very handler
             _err(f"{PROG}: {name(signum)}: already stopping (killing what runs on the host and auditing it); "
@@ -119,6 +123,8 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 
 
 def _watchdog(signum: int) -> None:
+    from ._output import PROG, _err
+
     if _finished[0].wait(CLEANUP_DEADLINE):
         # Cleaned up and said so: the interpreter exits on its own, unless a thread blocked in a
         # read (shell's input()) holds it; then it must not wait for a line that never comes.
