@@ -282,6 +282,17 @@ def test_a_kept_call_loads_its_client_and_built_in_modules_only(env: dict[str, s
     assert loaded - set(sys.builtin_module_names) - {"_socket", "__future__"} == ours
 
 
+def test_a_kept_call_that_ends_its_process_itself_leaves_no_output_behind(env: dict[str, str]) -> None:
+    # The console script's main() ends the process once the output is flushed (no interpreter teardown):
+    # all of it arrives, on stdout and stderr, with the command's status.
+    command = "seq 1 200000; echo last-line >&2; exit 5"
+    out = subprocess.run([*CLI, "exec", "--keep", "keep-a", "--", command], env=env, capture_output=True,
+                         text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert out.returncode == 5
+    assert out.stdout.splitlines() == [str(n) for n in range(1, 200001)] + ["last-line"]
+    assert out.stderr == ""
+
+
 def test_the_client_writes_json_as_json_does() -> None:
     text = "".join(map(chr, range(0x80))) + "é€😀\u202e\udc80"
     value = {"v": 3, "s": text, "n": None, "t": True, "f": False, "x": 2.5, "inf": float("inf"), "k": {"a": text}}
@@ -662,11 +673,19 @@ def _waiting_on_a_socket(pid: int) -> bool:
         fds = list(Path(f"/proc/{pid}/fd").iterdir())
     except OSError:
         return False
+    sockets = False
     for fd in fds:
         with contextlib.suppress(OSError):  # a descriptor closed since the listing
-            if os.readlink(fd).startswith("socket:"):
-                return True
-    return False
+            sockets = sockets or os.readlink(fd).startswith("socket:")
+    if not sockets:
+        return False
+    # And waiting for the reply (polling, with its timeout), not only holding a socket it has just made:
+    # a signal before the request is sent ends the client before there is any call.
+    try:
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return True
+    return "poll" in wchan or wchan in ("", "0")
 
 
 def test_a_process_that_stops_answering_is_said_listed_and_stopped(env: dict[str, str]) -> None:
