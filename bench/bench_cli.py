@@ -293,13 +293,9 @@ def main() -> None:
                 print(f"  with this installation's interpreter: {keep[global_name] * 1000:.1f} ms = "
                       f"{keep[global_name] / reference:.2f}x ssh, where its start alone (python -c pass, with the "
                       f"site hooks above) is {floor * 1000:.1f} ms = {floor / reference:.2f}x")
-                own = keep[global_name] - floor
-                bare = keep[venv_name] - keep["bare virtualenv: python -c pass"]
-                stdlib = keep["bare virtualenv: the client's standard library alone"] - \
-                    keep["bare virtualenv: python -c pass"]
-                print(f"  exec --keep beyond the interpreter's start: {own * 1000:.1f} ms here, "
-                      f"{bare * 1000:.1f} ms in the bare virtualenv, of which the standard library it loads "
-                      f"(re for pip's wrapper, _socket) {stdlib * 1000:.1f} ms")
+                bare = keep[venv_name] - keep["bare virtualenv: python -c 'import re' (pip's wrapper)"]
+                print(f"  exec --keep beyond python -c 'import re' in the bare virtualenv: {bare * 1000:.1f} ms "
+                      f"(the client ends its process without the interpreter's teardown, which every floor here pays)")
                 inside = in_process(env, args.calls * 20)
                 print(f"  of which main() in-process (client work + one socket round trip + the call): "
                       f"{inside * 1000:.1f} ms")
