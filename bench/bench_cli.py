@@ -4,7 +4,9 @@ Starts N OpenSSH sshd on loopback (127.0.0.2 ...) and, in one run, interleaving 
 call (so whatever else the machine does weighs on both alike), times whole processes:
 
   exec HOST -- true            vs  a Python script doing asyncssh connect + run of ``true``
-  exec --keep HOST -- true     vs  ``ssh`` through a warm ControlMaster socket (kept session warm)
+  exec --keep HOST -- true     vs  ``ssh`` through a warm ControlMaster socket (kept session warm), the
+                               target row from a bare virtualenv (as pipx or a venv install runs it),
+                               and again with this interpreter and its site hooks, beside its own start
   fleet exec --forks N all     vs  a Python script doing the asyncssh gather of connect + run on N hosts
 
 ``remote-bash`` runs as pip's console script runs it (the same generated wrapper, this
@@ -13,9 +15,8 @@ the package's bytecode compiled as an install compiles it. The site hooks of the
 (``.pth`` files that import something at every start) are listed, since every process pays them.
 The floors say what is the interpreter's and what is ours: ``python -c pass`` with
 this installation's site hooks, with ``-I`` and with ``-S`` (no site at all), a bare virtualenv of
-the same interpreter with and without ``import re`` (all that pip's wrapper adds), and ``exec
---keep`` again from that virtualenv (the kept-session client needs only the standard library), the
-standard library that client loads (imported alone in that virtualenv: the floor of any client
+the same interpreter with and without ``import re`` (all that pip's wrapper adds), the standard
+library the kept-session client loads (imported alone in that virtualenv: the floor of any client
 written this way), and ``main()`` of a kept call in-process.
 Each line gives the median wall time over rounds (each round's median of its calls), the CPU time
 of the process (user + system, its children included), and the ratio to its reference, with the
@@ -50,8 +51,9 @@ from tests.sshd import TestHosts, make_test_hosts  # noqa: E402 -- after the pat
 TIMEOUT = 300
 PYTHON = os.path.realpath(sys.executable)
 """The interpreter's binary, as pip's console scripts name it in their first line."""
-CLIENT_STDLIB = "import re, json, pathlib, signal, contextlib, zlib, _socket"
-"""What a kept call's client loads of the standard library (re for pip's wrapper)."""
+CLIENT_STDLIB = "import re, _socket"
+"""What a kept call's client loads of the standard library beyond the interpreter's built-in modules
+(re for pip's wrapper; tests/test_keep.py holds the client to it)."""
 
 # pip's generated console script, as installed for ``remote-bash = "remote_bash.cli:main"``.
 CONSOLE_SCRIPT = """#!{python}
@@ -274,23 +276,26 @@ def main() -> None:
                 state = subprocess.run([*cli, "exec", "--keep", "h000", "--", "echo $PWD $KEPT"], env=env,
                                        check=True, capture_output=True, text=True, timeout=TIMEOUT).stdout.strip()
                 print(f"\nthe kept session answers {state!r}: cwd and variable from the previous process")
+                venv_name = "remote-bash exec --keep h000 -- true, from a bare virtualenv (as pipx or a venv runs it)"
+                global_name = "the same with this installation's interpreter (its site hooks)"
                 keep = compare("exec --keep HOST -- true, kept session warm, whole process", {
                     "ssh, warm ControlMaster (reference)": [*ssh[:-1], "-o", "ControlMaster=no", ssh[-1], "true"],
-                    "remote-bash exec --keep h000 -- true": [*cli, "exec", "--keep", "h000", "--", "true"],
-                    "the same from a bare virtualenv": [str(venv_python), str(venv_cli), "exec", "--keep", "h000",
-                                                        "--", "true"],
-                    "python -c pass": [PYTHON, "-c", "pass"],
+                    venv_name: [str(venv_python), str(venv_cli), "exec", "--keep", "h000", "--", "true"],
+                    global_name: [*cli, "exec", "--keep", "h000", "--", "true"],
+                    "python -c pass (this installation's site hooks)": [PYTHON, "-c", "pass"],
                     "bare virtualenv: python -c pass": [str(venv_python), "-c", "pass"],
+                    "bare virtualenv: python -c 'import re' (pip's wrapper)": [str(venv_python), "-c", "import re"],
                     "bare virtualenv: the client's standard library alone": [str(venv_python), "-c",
                                                                              CLIENT_STDLIB],
                 }, env, args.rounds, args.calls * 4, 3.0)
-                own = keep["remote-bash exec --keep h000 -- true"] - keep["python -c pass"]
-                bare = keep["the same from a bare virtualenv"] - keep["bare virtualenv: python -c pass"]
-                stdlib = keep["bare virtualenv: the client's standard library alone"] - \
-                    keep["bare virtualenv: python -c pass"]
-                print(f"  exec --keep beyond the interpreter's start: {own * 1000:.1f} ms here, "
-                      f"{bare * 1000:.1f} ms in the bare virtualenv, of which the standard library it loads "
-                      f"{stdlib * 1000:.1f} ms")
+                reference = keep["ssh, warm ControlMaster (reference)"]
+                floor = keep["python -c pass (this installation's site hooks)"]
+                print(f"  with this installation's interpreter: {keep[global_name] * 1000:.1f} ms = "
+                      f"{keep[global_name] / reference:.2f}x ssh, where its start alone (python -c pass, with the "
+                      f"site hooks above) is {floor * 1000:.1f} ms = {floor / reference:.2f}x")
+                bare = keep[venv_name] - keep["bare virtualenv: python -c 'import re' (pip's wrapper)"]
+                print(f"  exec --keep beyond python -c 'import re' in the bare virtualenv: {bare * 1000:.1f} ms "
+                      f"(the client ends its process without the interpreter's teardown, which every floor here pays)")
                 inside = in_process(env, args.calls * 20)
                 print(f"  of which main() in-process (client work + one socket round trip + the call): "
                       f"{inside * 1000:.1f} ms")

@@ -11,20 +11,46 @@
 
 from __future__ import annotations
 
-from . import errors as _errors
-from .errors import *  # noqa: F403  (every error is public: errors.__all__ lists them)
-
 # Not typing.TYPE_CHECKING: importing typing would cost the kept-session client more than its call.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
     from .agent import BashTool, EditTool
+    from .errors import *  # noqa: F403  (every error is public: errors.__all__ lists them)
     from .inventory import Inventory, load_inventory
     from .models import CommandPolicy, CommandResult, EditPolicy, Host, KillReport, ResourceLimits
     from .session import RemoteBashSession, RemoteInfo
 
-# Imported on first use, so that `remote-bash --help` does not pay for asyncssh and pydantic.
+_ERRORS = (
+    "AccessDenied",
+    "AuditError",
+    "AuthenticationFailed",
+    "ConfigError",
+    "ConnectError",
+    "ConnectTimeout",
+    "ConnectionLost",
+    "ConnectionRefused",
+    "CredentialError",
+    "HostKeyChanged",
+    "HostKeyError",
+    "HostNotAllowed",
+    "HostUnreachable",
+    "InventoryError",
+    "KnownHostsMissing",
+    "PolicyDenied",
+    "RemoteBashError",
+    "RemoteFileError",
+    "SelectionError",
+    "SessionClosed",
+    "SessionError",
+    "UnknownHostKey",
+    "UnsafePath",
+)
+"""Every error, as ``errors.__all__`` lists them (tests/test_exports.py holds the two together)."""
+
+# Imported on first use, so that `remote-bash --help` does not pay for asyncssh and pydantic, nor
+# a kept call's client for the error classes (whose creation costs it more than its call).
 _LAZY = {
     "BashTool": "agent",
     "CommandPolicy": "models",
@@ -38,15 +64,18 @@ _LAZY = {
     "RemoteInfo": "session",
     "ResourceLimits": "models",
     "load_inventory": "inventory",
+    **dict.fromkeys(_ERRORS, "errors"),
 }
 
 
 def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name == "errors":  # the module, as it was when the package imported it at once
+        return importlib.import_module(".errors", __name__)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'remote_bash' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
@@ -72,4 +101,4 @@ __all__ = [
     "__version__",
     "load_inventory",
 ]
-__all__ += _errors.__all__
+__all__ += _ERRORS

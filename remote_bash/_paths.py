@@ -29,10 +29,15 @@ import errno
 import os
 import pwd
 import stat
-from collections.abc import Mapping
-from pathlib import Path
 
-from .errors import UnsafePath
+# Not at module level: pathlib, the errors (and collections.abc) would cost a kept call's client more than its call,
+# and it needs only the string forms (``*_path``, :func:`private_path`).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+
+    from .errors import UnsafePath
 
 __all__ = [
     "APP",
@@ -40,11 +45,15 @@ __all__ = [
     "account_name",
     "cache_dir",
     "config_dir",
+    "config_path",
     "home_dir",
     "open_private",
     "private_dir",
+    "private_path",
     "runtime_dir",
+    "runtime_path",
     "state_dir",
+    "state_path",
     "write_private",
 ]
 
@@ -52,42 +61,75 @@ APP = "remote-bash"
 _MAX_LINKS = 40
 
 
-def home_dir(env: Mapping[str, str] | None = None) -> Path:
-    """``$HOME`` when absolute, else the current user's home from the password database."""
+def __getattr__(name: str) -> object:
+    if name == "UnsafePath":
+        from .errors import UnsafePath
+
+        return UnsafePath
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _path(text: str) -> Path:
+    from pathlib import Path
+
+    return Path(text)
+
+
+def _home(env: Mapping[str, str] | None) -> str:
     env = os.environ if env is None else env
     home = env.get("HOME", "")
     if os.path.isabs(home):
-        return Path(home)
-    return Path(pwd.getpwuid(os.getuid()).pw_dir)
+        return home
+    return pwd.getpwuid(os.getuid()).pw_dir
 
 
-def _xdg(env: Mapping[str, str] | None, name: str, default: str) -> Path:
+def home_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``$HOME`` when absolute, else the current user's home from the password database."""
+    return _path(_home(env))
+
+
+def _xdg(env: Mapping[str, str] | None, name: str, default: str) -> str:
     env = os.environ if env is None else env
     value = env.get(name, "")
-    base = Path(value) if os.path.isabs(value) else home_dir(env) / default
-    return base / APP
+    base = value if os.path.isabs(value) else os.path.join(_home(env), default)
+    return os.path.join(base, APP)
+
+
+def config_path(env: Mapping[str, str] | None = None) -> str:
+    """:func:`config_dir` as a string (which ``Path`` of it is)."""
+    return _xdg(env, "XDG_CONFIG_HOME", ".config")
 
 
 def config_dir(env: Mapping[str, str] | None = None) -> Path:
     """``$XDG_CONFIG_HOME/remote-bash``, else ``~/.config/remote-bash`` (the inventory lives here)."""
-    return _xdg(env, "XDG_CONFIG_HOME", ".config")
+    return _path(config_path(env))
+
+
+def state_path(env: Mapping[str, str] | None = None) -> str:
+    """:func:`state_dir` as a string."""
+    return _xdg(env, "XDG_STATE_HOME", ".local/state")
 
 
 def state_dir(env: Mapping[str, str] | None = None) -> Path:
     """``$XDG_STATE_HOME/remote-bash``, else ``~/.local/state/remote-bash`` (audit, transcripts, sandbox)."""
-    return _xdg(env, "XDG_STATE_HOME", ".local/state")
+    return _path(state_path(env))
 
 
 def cache_dir(env: Mapping[str, str] | None = None) -> Path:
     """``$XDG_CACHE_HOME/remote-bash``, else ``~/.cache/remote-bash``."""
-    return _xdg(env, "XDG_CACHE_HOME", ".cache")
+    return _path(_xdg(env, "XDG_CACHE_HOME", ".cache"))
+
+
+def runtime_path(env: Mapping[str, str] | None = None) -> str:
+    """:func:`runtime_dir` as a string."""
+    env = os.environ if env is None else env
+    value = env.get("XDG_RUNTIME_DIR", "")
+    return os.path.join(value, APP) if os.path.isabs(value) else os.path.join(state_path(env), "run")
 
 
 def runtime_dir(env: Mapping[str, str] | None = None) -> Path:
     """``$XDG_RUNTIME_DIR/remote-bash``, else ``run`` in the state directory (never a shared /tmp)."""
-    env = os.environ if env is None else env
-    value = env.get("XDG_RUNTIME_DIR", "")
-    return Path(value) / APP if os.path.isabs(value) else state_dir(env) / "run"
+    return _path(runtime_path(env))
 
 
 # -- checks ---------------------------------------------------------------------------------
@@ -97,11 +139,13 @@ def _trusted_owner(uid: int) -> bool:
     return uid in (0, os.geteuid())
 
 
-def _unsafe(path: Path, why: str, what: str, advice: str) -> UnsafePath:
+def _unsafe(path: Path | str, why: str, what: str, advice: str) -> UnsafePath:
+    from .errors import UnsafePath
+
     return UnsafePath(f"refusing to use {path} for {what}: {why}; {advice}")
 
 
-def _check_dir(path: Path, info: os.stat_result, what: str, *, final: bool) -> None:
+def _check_dir(path: str, info: os.stat_result, what: str, *, final: bool) -> None:
     if not stat.S_ISDIR(info.st_mode):
         raise _unsafe(path, "it is not a directory", what, "remove it or choose another path")
     if not _trusted_owner(info.st_uid):
@@ -116,20 +160,28 @@ def _check_dir(path: Path, info: os.stat_result, what: str, *, final: bool) -> N
                       f"run 'chmod go-w {path}' or choose another directory")
 
 
-def _walk(path: Path, what: str, create: bool) -> Path:
+def _parts(path: str) -> list[str]:
+    """The names in ``path``, as ``Path(path).parts`` has them after its anchor ("" and "." left out)."""
+    return [name for name in path.split("/") if name not in ("", ".")]
+
+
+def _anchor(path: str) -> str:
+    """``Path(path).anchor`` of an absolute POSIX path: "//" for exactly two leading slashes, else "/"."""
+    return "//" if path.startswith("//") and not path.startswith("///") else "/"
+
+
+def _walk(path: str, what: str, create: bool) -> str:
     """Check (and, with ``create``, make) every component of absolute ``path``; the real path."""
-    current = Path(path.anchor)
+    current = _anchor(path)
     _check_dir(current, os.lstat(current), what, final=False)
-    pending = list(reversed(path.parts[1:]))
+    pending = list(reversed(_parts(path)))
     links = 0
     while pending:
         name = pending.pop()
-        if name in ("", "."):
-            continue
         if name == "..":
-            current = current.parent
+            current = os.path.dirname(current)
             continue
-        entry = current / name
+        entry = os.path.join(current, name)
         try:
             info = os.lstat(entry)
         except FileNotFoundError:
@@ -149,14 +201,21 @@ def _walk(path: Path, what: str, create: bool) -> Path:
             links += 1
             if links > _MAX_LINKS:
                 raise _unsafe(entry, "too many symbolic links", what, "choose another path")
-            target = Path(os.readlink(entry))
-            if target.is_absolute():
-                current = Path(target.anchor)
-            pending.extend(reversed(target.parts[1:] if target.is_absolute() else target.parts))
+            target = os.readlink(entry)
+            if target.startswith("/"):
+                current = _anchor(target)
+            pending.extend(reversed(_parts(target)))
             continue
         _check_dir(entry, info, what, final=not pending)
         current = entry
     return current
+
+
+def private_path(path: str, *, what: str, create: bool = True) -> str:
+    """:func:`private_dir` of a string, returning one (absolute): the same checks, without ``pathlib``."""
+    absolute = os.path.abspath(os.path.expanduser(path))
+    _walk(absolute, what, create)
+    return absolute
 
 
 def private_dir(path: Path | str, *, what: str, create: bool = True) -> Path:
@@ -166,12 +225,10 @@ def private_dir(path: Path | str, *, what: str, create: bool = True) -> Path:
     to do, or ``OSError`` when the file system refuses (``FileNotFoundError`` without ``create``).
     ``what`` names the use in the message ("the audit log", "transcripts", ...).
     """
-    absolute = Path(os.path.abspath(Path(path).expanduser()))
-    _walk(absolute, what, create)
-    return absolute
+    return _path(private_path(os.fspath(path), what=what, create=create))
 
 
-def open_private(path: Path, flags: int, *, what: str) -> int:
+def open_private(path: Path | str, flags: int, *, what: str) -> int:
     """Open the file ``path`` (its directory already checked), creating it 0600 with ``O_CREAT``.
 
     A symbolic link in its place is refused (``O_NOFOLLOW``), as is anything but a regular file

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -22,6 +23,7 @@ import pytest
 
 from remote_bash.cli._app import _parser
 from remote_bash.cli._keep import connect, fast_args, keep_dir
+from remote_bash.cli._keepc import dumps, encode, frames, key_name
 from remote_bash.models import Host
 
 from .sshd import TestHosts, processes_with
@@ -248,7 +250,9 @@ def test_a_kept_call_imports_no_ssh_stack_nor_models(env: dict[str, str]) -> Non
                          stdin=subprocess.DEVNULL)
     assert out.stdout == "light\n"
     imported = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if "|" in line}
-    assert "remote_bash.cli._keep" in imported
+    assert "remote_bash.cli._keepc" in imported
+    # Nor what only `sessions` and the background process need (pathlib, json).
+    assert "remote_bash.cli._keep" not in imported
     heavy = {name for name in imported if name.split(".")[0] in ("asyncssh", "pydantic", "yaml", "anthropic")}
     assert not heavy
     assert not {"remote_bash.models", "remote_bash.session", "remote_bash.inventory"} & imported
@@ -256,6 +260,86 @@ def test_a_kept_call_imports_no_ssh_stack_nor_models(env: dict[str, str]) -> Non
     assert "remote_bash.terminal" not in imported
     # The plain shape never loads the parser either (the fast path of cli.main).
     assert not {"argparse", "remote_bash.cli._app"} & imported
+
+
+def _loaded(env: dict[str, str], *args: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-X", "importtime", *args], env=env, capture_output=True, text=True,
+                         timeout=60, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return {line.split("|")[-1].strip() for line in out.stderr.splitlines() if "|" in line}
+
+
+def test_a_kept_call_loads_its_client_and_built_in_modules_only(env: dict[str, str]) -> None:
+    assert cli(env, "exec", "--keep", "keep-a", "--", "true").returncode == 0
+    code = "import sys; from remote_bash.cli import main; sys.exit(main(sys.argv[1:]))"
+    loaded = _loaded(env, "-c", code, "exec", "--keep", "keep-a", "--", "true") - _loaded(env, "-c", "pass")
+    ours = {"remote_bash", "remote_bash.cli", "remote_bash.cli._signals", "remote_bash.cli._keepc",
+            "remote_bash.cli._input", "remote_bash._paths"}
+    # Beyond the interpreter's start: our few modules, the interpreter's built-in ones (no file to
+    # load), `_socket`, and `__future__` (each module's `from __future__ import annotations`). No
+    # pathlib, json, contextlib, signal, re, typing, the error classes (remote_bash.errors), nor
+    # _output and its escaping pattern (the background process escapes what it sends).
+    assert loaded - set(sys.builtin_module_names) - {"_socket", "__future__"} == ours
+
+
+def test_a_kept_call_that_ends_its_process_itself_leaves_no_output_behind(env: dict[str, str]) -> None:
+    # The console script's main() ends the process once the output is flushed (no interpreter teardown):
+    # all of it arrives, on stdout and stderr, with the command's status.
+    command = "seq 1 200000; echo last-line >&2; exit 5"
+    out = subprocess.run([*CLI, "exec", "--keep", "keep-a", "--", command], env=env, capture_output=True,
+                         text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert out.returncode == 5
+    assert out.stdout.splitlines() == [str(n) for n in range(1, 200001)] + ["last-line"]
+    assert out.stderr == ""
+
+
+def test_the_client_writes_json_as_json_does() -> None:
+    text = "".join(map(chr, range(0x80))) + "é€😀\u202e\udc80"
+    value = {"v": 3, "s": text, "n": None, "t": True, "f": False, "x": 2.5, "inf": float("inf"), "k": {"a": text}}
+    assert dumps(value) == json.dumps(value, ensure_ascii=False)
+    assert json.loads(encode(value)) == value  # the lone surrogate (an undecodable byte of argv) escaped
+    long = "x\n" * 40_000  # json's own encoder, past a size
+    assert dumps(long) == json.dumps(long, ensure_ascii=False)
+    key = {"host": "a", "allow": None, "home": "/h"}
+    assert key_name(key) == key_name(dict(reversed(key.items()))) != key_name({**key, "allow": "b"})
+
+
+def test_frames_are_read_across_reads_and_a_json_line_as_frames() -> None:
+    import _socket
+
+    ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    data = "é".encode()
+    stream = (b"b0:" + b"o" + str(len(data)).encode() + b":" + data + b'{"o": "\\u001b[2J", "beat": 1}\n'
+              + b"x15:3 exit\xe2\x80\xa6 line\n")
+    try:
+        for byte in stream:  # one byte at a time: a frame split anywhere
+            theirs.sendall(bytes([byte]))
+        theirs.close()
+        assert list(frames(ours)) == [("b", ""), ("o", "é"), ("b", ""), ("o", "\\x1b[2J"), ("x", "3 exit… line\n")]
+    finally:
+        ours.close()
+
+
+def test_a_kept_call_prints_exactly_what_plain_exec_prints(env: dict[str, str]) -> None:
+    # Text a terminal would act on, bidi controls, an undecodable byte, stderr merged, a status line.
+    command = r"printf 'a\033[2Jb\007c\342\200\256d\377e\302\205f\n'; echo tail >&2; exit 4"
+    kept = cli(env, "exec", "--keep", "keep-a", "--", command)
+    plain = cli(env, "exec", "--no-keep", "keep-a", "--", command)
+    assert (kept.returncode, kept.stdout, kept.stderr) == (plain.returncode, plain.stdout, plain.stderr)
+    assert kept.returncode == 4 and "\u202e" in kept.stdout  # to a pipe as it is, as exec does
+    # On a terminal, escaped as exec escapes it.
+    shown = subprocess.run(["script", "-qec", shlex.join([*CLI, "exec", "--keep", "keep-a", "--", command]),
+                            "/dev/null"], env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert "\\u202e" in shown.stdout and "\u202e" not in shown.stdout, shown.stdout
+    late = cli(env, "exec", "--keep", "--timeout", "1", "keep-a", "--", "echo start; sleep 30")
+    plain_late = cli(env, "exec", "--no-keep", "--timeout", "1", "keep-a", "--", "echo start; sleep 30")
+    assert (late.returncode, late.stdout) == (plain_late.returncode, plain_late.stdout) == (124, "start\n")
+    said = "remote-bash: keep-a: the command did not finish within 1 s and was killed"
+    assert late.stderr.startswith(said) and plain_late.stderr.startswith(said)
+    as_json = json.loads(cli(env, "exec", "--keep", "--json", "keep-a", "--", command).stdout)
+    plain_json = json.loads(cli(env, "exec", "--no-keep", "--json", "keep-a", "--", command).stdout)
+    assert {k: v for k, v in as_json.items() if k != "duration"} == {k: v for k, v in plain_json.items()
+                                                                     if k != "duration"}
 
 
 # What the fast path reads must be what the parser reads; anything it does not read goes to the parser.
@@ -589,11 +673,19 @@ def _waiting_on_a_socket(pid: int) -> bool:
         fds = list(Path(f"/proc/{pid}/fd").iterdir())
     except OSError:
         return False
+    sockets = False
     for fd in fds:
         with contextlib.suppress(OSError):  # a descriptor closed since the listing
-            if os.readlink(fd).startswith("socket:"):
-                return True
-    return False
+            sockets = sockets or os.readlink(fd).startswith("socket:")
+    if not sockets:
+        return False
+    # And waiting for the reply (polling, with its timeout), not only holding a socket it has just made:
+    # a signal before the request is sent ends the client before there is any call.
+    try:
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return True
+    return "poll" in wchan or wchan in ("", "0")
 
 
 def test_a_process_that_stops_answering_is_said_listed_and_stopped(env: dict[str, str]) -> None:

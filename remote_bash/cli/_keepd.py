@@ -41,7 +41,7 @@ from remote_bash._paths import open_private, private_dir
 from ._context import _Context, _pick_host, _session
 from ._exec import _Echo, _status_line
 from ._keep import BEAT, PROTOCOL, _short, _ssh_config_files, keep_dir
-from ._output import EXIT_ERROR, EXIT_INTERRUPTED, PROG, _exit_code, _one_line
+from ._output import EXIT_ERROR, EXIT_INTERRUPTED, PROG, _exit_code, _json, _one_line
 
 if TYPE_CHECKING:
     from remote_bash.inventory import Inventory
@@ -60,6 +60,35 @@ def _log(message: str) -> None:
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     sys.stderr.write(f"{stamp} {PROG} keep[{os.getpid()}]: {message}\n")
     sys.stderr.flush()
+
+
+def _frame(kind: bytes, text: str) -> bytes:
+    data = text.encode()
+    return kind + str(len(data)).encode() + b":" + data
+
+
+def _frames(message: dict[str, Any], terminal: bool) -> bytes:
+    """A reply to a ``run`` request as the client reads it (``_keepc``): frames of text escaped here
+    as ``exec`` escapes what it prints (output on a ``terminal`` only, every line for stderr), so that
+    the client prints them as they are and needs no pattern of its own."""
+    from remote_bash._escape import escape
+
+    out = []
+    if "beat" in message:
+        out.append(_frame(b"b", ""))
+    if "stale" in message:
+        out.append(_frame(b"s", f"{int(message.get('pid') or 0)} {message['stale']}"))
+    if message.get("o"):
+        text = str(message["o"])
+        out.append(_frame(b"o", escape(text) if terminal else text))
+    line = escape(str(message["e"])) if "e" in message else None
+    if line is not None and not line.endswith("\n"):
+        line += "\n"
+    if "x" in message:
+        out.append(_frame(b"x", f"{int(message['x'])}" + (f" {line}" if line is not None else "")))
+    elif line is not None:
+        out.append(_frame(b"e", line))
+    return b"".join(out)
 
 
 class _SocketEcho(_Echo):
@@ -180,6 +209,12 @@ class _Daemon:
             if not writer.is_closing():
                 writer.write(json.dumps(message, ensure_ascii=False).encode() + b"\n")
 
+        def send_frames(message: dict[str, Any]) -> None:
+            if not writer.is_closing():
+                writer.write(_frames(message, terminal))
+
+        terminal = True
+
         try:
             raw = writer.get_extra_info("socket").getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                              struct.calcsize("3i"))
@@ -217,7 +252,8 @@ class _Daemon:
                 send({"stopped": True, **({"e": f"{PROG}: {_one_line(unstopped)}"} if unstopped else {})})
                 self.stop("stopped on request")
             elif request.get("op") == "run":
-                await self._run(request, reader, send)
+                terminal = bool(request.get("terminal"))
+                await self._run(request, reader, send_frames)
             await writer.drain()
         except (ConnectionError, OSError):
             pass
@@ -324,8 +360,8 @@ class _Daemon:
                 return
         finally:
             watch.cancel()
-        if as_json:
-            send({"o": json.dumps({"host": self.host, **result.model_dump(mode="json")}, ensure_ascii=False) + "\n"})
+        if as_json:  # as exec's _out_json: JSON escapes, on a terminal or not
+            send({"o": _json({"host": self.host, **result.model_dump(mode="json")})})
         else:
             echo.finish(result)
         status, line = _status_line(self.host, result)

@@ -16,12 +16,10 @@ around text that was escaped already.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-
-from remote_bash._escape import escape, escape_json
 
 TYPE_CHECKING = False  # not typing's: the kept-session client loads this module, and typing costs it
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 PROG = "remote-bash"
@@ -75,6 +73,10 @@ EXIT_CODES = exit_codes(
 
 def _out(text: str) -> None:
     """Write ``text`` to stdout with everything a terminal would act on shown escaped."""
+    # Imported here: a kept call's client prints what its background process escaped already, and
+    # compiling the pattern would cost it more than its call.
+    from remote_bash._escape import escape
+
     _out_raw(escape(text))
 
 
@@ -89,6 +91,8 @@ def _json(value: Any, *, indent: int | None = None, ascii_only: bool = False) ->
     """One JSON document and a newline; control and bidi characters as ``\\uXXXX`` escapes."""
     import json
 
+    from remote_bash._escape import escape_json
+
     return escape_json(json.dumps(value, ensure_ascii=ascii_only, indent=indent)) + "\n"
 
 
@@ -98,6 +102,8 @@ def _out_json(value: Any, *, indent: int | None = None, ascii_only: bool = False
 
 def _err(text: str) -> None:
     """A message on stderr (a newline added), escaped like :func:`_out`."""
+    from remote_bash._escape import escape
+
     text = escape(text)
     sys.stderr.write(text if text.endswith("\n") else text + "\n")
     sys.stderr.flush()

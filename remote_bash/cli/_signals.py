@@ -14,19 +14,18 @@ half-done, nor print anything for a command that was not signalled.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import sys
 import time
 
-from ._output import EXIT_INTERRUPTED, PROG, _err
-
 TYPE_CHECKING = False  # not typing's: a kept call's client loads this module, and typing costs it
 if TYPE_CHECKING:
+    import signal as _signal
     import threading
     from types import FrameType
     from typing import Any
+else:
+    import _signal  # not signal: its enums cost a kept call's client more than its call
 
 CLEANUP_DEADLINE = 30.0  # killing a command takes three rounds of at most 10 s each (session._kill_call)
 EXIT_GRACE = 5.0  # after cleanup: a thread stuck in a blocking read (shell's input()) must not hold the exit
@@ -43,8 +42,8 @@ def install() -> dict[int, Any]:
     changes nothing."""
     previous: dict[int, Any] = {}
     try:
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            previous[sig] = signal.signal(sig, _on_signal)
+        for sig in (_signal.SIGTERM, _signal.SIGHUP):
+            previous[sig] = _signal.signal(sig, _on_signal)
     except ValueError:  # not the main thread (the first call refuses, so nothing was changed)
         restore(previous)
         return {}
@@ -53,7 +52,7 @@ def install() -> dict[int, Any]:
 
 def restore(previous: dict[int, Any]) -> None:
     for sig, handler in previous.items():
-        signal.signal(sig, handler)
+        _signal.signal(sig, handler)
 
 
 def received() -> int | None:
@@ -62,6 +61,8 @@ def received() -> int | None:
 
 
 def name(signum: int) -> str:
+    import signal
+
     return signal.Signals(signum).name
 
 
@@ -73,6 +74,8 @@ def status(code: int) -> int:
         return code
     if not _finished[0].is_set():
         _finished[0].set()
+        from ._output import PROG, _err
+
         _err(f"{PROG}: stopped by {name(signum)}: as on Ctrl-C, what was running on a host was killed and "
              "audited, and the sessions closed")
     return 128 + signum
@@ -81,6 +84,8 @@ def status(code: int) -> int:
 def interrupted() -> int:
     """For ``except KeyboardInterrupt``: Ctrl-C's line and status, or those of the signal that
     took Ctrl-C's path."""
+    from ._output import EXIT_INTERRUPTED, PROG, _err
+
     if received() is None:
         _err(f"{PROG}: interrupted")
         return EXIT_INTERRUPTED
@@ -91,6 +96,10 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     global _started
     if _received:
         left = max(0.0, CLEANUP_DEADLINE - (time.monotonic() - _started))
+        import contextlib
+
+        from ._output import PROG, _err
+
         with contextlib.suppress(RuntimeError):  # a write interrupted by this very handler
             _err(f"{PROG}: {name(signum)}: already stopping (killing what runs on the host and auditing it); "
                  f"giving up in at most {left:.0f} s")
@@ -101,12 +110,12 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     _received.append(signum)
     _started = time.monotonic()
     threading.Thread(target=_watchdog, args=(signum,), name="remote-bash-stop", daemon=True).start()
-    handler = signal.getsignal(signal.SIGINT)
+    handler = _signal.getsignal(_signal.SIGINT)
     if callable(handler) and getattr(handler, "__module__", "") != "asyncio.unix_events":
         # The asyncio runner's handler (cancel the main task), Python's default (KeyboardInterrupt;
         # the shell asks received() whether to end rather than draw a fresh prompt) or a command's
         # own Ctrl-C handler (exec --keep: ask the kept session to kill the call).
-        handler(signal.SIGINT, frame)
+        handler(_signal.SIGINT, frame)
         return
     # Ignored, or routed to an event loop callback that may only interrupt a single command: a
     # terminating signal ends the whole command, which unwinds through the same cancellation.
@@ -114,6 +123,8 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 
 
 def _watchdog(signum: int) -> None:
+    from ._output import PROG, _err
+
     if _finished[0].wait(CLEANUP_DEADLINE):
         # Cleaned up and said so: the interpreter exits on its own, unless a thread blocked in a
         # read (shell's input()) holds it; then it must not wait for a line that never comes.
@@ -126,6 +137,8 @@ def _watchdog(signum: int) -> None:
 
 
 def _flush() -> None:
+    import contextlib
+
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError, RuntimeError):
             stream.flush()
