@@ -22,7 +22,11 @@ Each line gives the median wall time over rounds (each round's median of its cal
 of the process (user + system, its children included), and the ratio to its reference, with the
 range of the rounds' ratios.
 
-Run: python bench/bench_cli.py [--hosts 30] [--rounds 5] [--calls 5]
+Each sshd runs in a PID namespace with its own /proc, as each host of a real fleet has its own
+process table (``--shared-proc``: all on this machine's, where each session's close-time check also
+reads every other host's processes, work that grows as N squared).
+
+Run: python bench/bench_cli.py [--hosts 30] [--rounds 5] [--calls 5] [--shared-proc]
 All traffic stays on loopback; every subprocess has a timeout.
 """
 
@@ -46,7 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.sshd import TestHosts, make_test_hosts  # noqa: E402 -- after the path to the tree under test
+from tests.sshd import TestHosts, make_test_hosts, own_proc_wrapper  # noqa: E402 -- after the path to the tree
 
 TIMEOUT = 300
 PYTHON = os.path.realpath(sys.executable)
@@ -211,6 +215,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=5, help="calls of each method per round (x4 for kept calls)")
     parser.add_argument("--skip", default="", help="comma-separated: exec,keep,fleet")
+    parser.add_argument("--shared-proc", action="store_true",
+                        help="start every sshd on this machine's own /proc (default: each in a PID namespace "
+                             "with its own, as each host of a real fleet has)")
     args = parser.parse_args()
     with open(PYTHON, "rb") as binary:
         if binary.read(4) != b"\x7fELF":
@@ -220,7 +227,11 @@ def main() -> None:
     compileall.compile_dir(str(ROOT / "remote_bash"), quiet=1)
     work = Path(tempfile.mkdtemp(prefix="rb-bench-cli-"))
     work.chmod(0o755)  # sshd reads authorized_keys below it as the test user
-    th = make_test_hosts(work / "hosts")
+    own_proc = not args.shared_proc and own_proc_wrapper() is not None
+    th = make_test_hosts(work / "hosts", own_proc=own_proc)
+    print("hosts: each sshd in a PID namespace with its own /proc (a host's processes only, as on a real fleet)"
+          if own_proc else "hosts: every sshd shares this machine's /proc (each host's close-time check also "
+          "reads every other host's processes)")
     try:
         hosts = start_hosts(th, args.hosts)
         (work / "hosts.json").write_text(json.dumps(hosts))
