@@ -80,6 +80,31 @@ async def main():
 asyncio.run(main())
 """
 
+INSIDE = """import asyncio, json, statistics, sys, time
+import asyncssh
+from remote_bash import RemoteBashSession, load_inventory
+h = json.load(open(sys.argv[1]))[0]
+host = load_inventory(sys.argv[2]).hosts[h["name"]]
+async def one():
+    async with asyncssh.connect(h["hostname"], port=h["port"], username=h["user"], client_keys=[h["key"]],
+                                known_hosts=h["known_hosts"], agent_path=None, config=None) as conn:
+        await conn.run("true", check=True)
+async def ours():
+    async with RemoteBashSession(host, audit=False) as session:
+        await session.run("true")
+async def main():
+    times = {one: [], ours: []}
+    for _ in range(int(sys.argv[3])):
+        for work in times:
+            start = time.perf_counter()
+            await work()
+            times[work].append(time.perf_counter() - start)
+    print(statistics.median(times[one]) * 1000, statistics.median(times[ours]) * 1000)
+asyncio.run(main())
+"""
+"""The two sides of ``exec`` after their imports, in one process: connect + run against a session's
+start + run + close, interleaved call by call."""
+
 GATHER = """import asyncio, json, sys
 import asyncssh
 hosts = json.load(open(sys.argv[1]))
@@ -270,6 +295,12 @@ def main() -> None:
                                                               str(work / "hosts.json")],
                 "remote-bash exec h000 -- true": [*cli, "exec", "h000", "--", "true"],
             }, env, args.rounds, args.calls, 1.15)
+            (work / "inside.py").write_text(INSIDE)
+            got = subprocess.run([PYTHON, str(work / "inside.py"), str(work / "hosts.json"), str(work / "hosts.yaml"),
+                                  str(args.calls * 4)], env=env, check=True, capture_output=True, text=True,
+                                 timeout=TIMEOUT).stdout.split()
+            print(f"  after the imports, in one process (median of {args.calls * 4} interleaved pairs): asyncssh "
+                  f"connect + run {float(got[0]):.1f} ms, a session's start + run + close {float(got[1]):.1f} ms")
         if "keep" not in skip:
             control = work / "cm"
             ssh = ["ssh", "-p", str(first["port"]), "-i", str(first["key"]), "-o",
