@@ -44,7 +44,7 @@ _RULE_SAMPLES = (
     "Authorization: Basic dXNlcjpwYXNz", "postgres://admin:s3cr3t@db", "aws_secret_access_key = wJalrXUtnFEMI",
     'password="hunter 2"', "passphrase: x", "client_secret=abc", "access_token: abc", "api_key=abc",
     "private_key: x", "client-key-data: LS0t", '"auth": "dXNlcjpw"', "machine h login u password p",
-    "machine h password p",
+    "machine h password p", "password: a b c ", "password = a b # c",
     "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----", "known-secret-value",
     "MYSQL_PWD=x", "db_pass=x", "--db-password x", "curl -u a:x", "sshpass -e -p x", "mysql -u r -px",
     "<password>x</password>", "password:\n  x", "token: |\n  x", "Authorization: token x",

@@ -93,11 +93,14 @@ after the key and its blank lines. This is the one rule besides key blocks that 
 newline: the stream holds a line that ends in a keyword and a separator (and the blank lines after
 it) until the next line is complete. In a command, ``printf 'token:\\n  x'`` spells the newline
 and a tab as escapes: the value after them, up to a quote or a backslash, is masked too."""
+_WORDS = rf"""[^\s"',;&\\-]+|\\[^\n]?|{_DASH}|\r++(?![\s"',;&]|\Z)"""
+"""The runs of a bare value (see _VALUE)."""
 _VALUE = (
     rf"""(?:{_NEXT_LINE}|{_YAML_PROPS}(?:(?i:bearer|basic)[ \t]+)?"""
     rf"""(?:"(?P<v1>(?:[^"\\\n-]+|\\[^\n]?|{_DASH}|"")+)"?"""
     rf"""|\$?'(?P<v2>(?:[^'\\\n-]+|\\[^\n]?|{_DASH}|'\\''|'')+)'?"""
-    rf"""|["']?(?P<v3>(?![{{\[])(?:[^\s"',;&\\-]+|\\[^\n]?|{_DASH}|\r++(?![\s"',;&]|\Z))+)))"""
+    rf"""|(?<=[ \t])(?P<v23>(?![{{\[#])(?:{_WORDS})+(?:[ \t]++(?![#\s])(?![^\s=:]*+[=:])(?:{_WORDS})+)*+)"""
+    rf"""|["']?(?P<v3>(?![{{\[])(?:{_WORDS})+)))"""
 )
 """A value as shells and YAML quote it: ``"..."``, ``'...'`` and ANSI-C ``$'...'`` (with backslash
 escapes), a quoted value going on after the ``'\\''`` of ``set`` and a doubled quote (``'it''s'`` in
@@ -169,7 +172,7 @@ value="x"/>``) or its text (``<entry key="password">x</entry>``, up to a closing
 line that ends in a keyword until the next one is complete (``_NAME_END``)."""
 _ASSIGN = rf"(?:{_SEP}{_VALUE}|{_XML}|{_SIBLING})"
 """A separator and a value, the text of an XML element named by the key, or a sibling value."""
-_ASSIGNED = ("v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12",
+_ASSIGNED = ("v1", "v2", "v23", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12",
              "v16", "v17", "v18", "v19", "v20", "v21", "v22")
 _FLAG_VALUE = (
     r"""(?:"(?P<v1>(?:[^"\\\n]+|\\[^\n]?)+)"?|\$?'(?P<v2>(?:[^'\\\n]+|\\[^\n]?|'\\'')+)'?"""

@@ -499,7 +499,8 @@ _DROP_TO = {"v4": re.compile(r"[^\n]*"), "v5": re.compile(r"[^<\n]*"),
             "v10": re.compile(r"[^<>\n]*"), "v12": re.compile(r"[^\n]*"),
             **dict.fromkeys(("v16", "v18", "v22"), re.compile(r"[^<\n]*")),
             **dict.fromkeys(("v17", "v19", "v20", "v21"), re.compile(r"(?:[^\]\n]|\](?!\]>))*")),
-            "v13": _DROP_QUOTED['"'], "v14": _DROP_QUOTED["'"], "v15": re.compile(r"[^\n]*")}
+            "v13": _DROP_QUOTED['"'], "v14": _DROP_QUOTED["'"], "v15": re.compile(r"[^\n]*"),
+            "v23": re.compile(r"[^\n]*")}
 """The rest of a value on the line after its key (to the end of the line), of an XML element's
 text, or of its CDATA section, or of an Authorization header's credential (to its closing quote or
 the end of the line)."""

@@ -898,7 +898,8 @@ def test_a_known_secret_with_blanks_after_a_keyword_is_masked_whole(line: str) -
     assert "[REDACTED:" in out
     stream = redactor.stream()
     assert "".join(stream.feed(c) for c in text) + stream.flush() == out
-    assert "horse" in Redactor().redact(text)  # a value ends at the blank when the secret is not known
+    if ": " not in line:
+        assert "horse" in Redactor().redact(text)  # an option's value ends at its blank when not known
 
 
 @settings(max_examples=300, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -957,3 +958,21 @@ def test_a_tail_cut_in_a_line_that_closes_a_key_block_keeps_the_lines_after() ->
         assert tail == lines, (after, tail)
     reopened = Redactor().redact_tail("AA -----END RSA PRIVATE KEY----- -----BEGIN RSA PRIVATE KEY-----\nbody\n")
     assert reopened == "[REDACTED:private-key]"
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("password: correct horse battery staple", "password: [REDACTED:password]"),
+    ("db:\n  password: correct horse battery staple  # the vault's\n",
+     "db:\n  password: [REDACTED:password]  # the vault's\n"),
+    ("password = a b c\nuser = d e\n", "password = [REDACTED:password]\nuser = d e\n"),
+    ("DB_PASS: hunter2 PASS=hunter3", "DB_PASS: [REDACTED:password] PASS=[REDACTED:password]"),
+    ("token: abc, next: y", "token: [REDACTED:token], next: y"),
+    ("secret: a b other: c", "secret: [REDACTED:secret] other: c"),
+    ("PASSWORD=a b", "PASSWORD=[REDACTED:password] b"),
+])
+def test_a_value_after_a_separator_and_a_blank_runs_over_its_words(text: str, shown: str) -> None:
+    """YAML and INI values run to the end of the line (a comment, a comma or the next key aside);
+    a shell assignment's ends at its first blank."""
+    assert Redactor().redact(text) == shown
+    stream = Redactor().stream()
+    assert "".join(stream.feed(c) for c in text) + stream.flush() == shown
