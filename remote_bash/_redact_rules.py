@@ -95,11 +95,17 @@ it) until the next line is complete. In a command, ``printf 'token:\\n  x'`` spe
 and a tab as escapes: the value after them, up to a quote or a backslash, is masked too."""
 _WORDS = rf"""[^\s"',;&\\-]+|\\[^\n]?|{_DASH}|\r++(?![\s"',;&]|\Z)"""
 """The runs of a bare value (see _VALUE)."""
+_PLAIN = rf"""[^\s,;\\\u00a0\u2000-\u200d\u2060\u3000\ufeff-]+|\\[^\n]?|{_DASH}|\r++(?![\s,;]|\Z)"""
+"""The runs of a value that goes on over its words after a separator and a blank: quotes and ``&``
+are part of it (``it's``, ``salt & pepper``)."""
+_GAP = "[ \t\u00a0\u2000-\u200d\u2060\u3000\ufeff]"
+"""What stands between the words of such a value: a blank, as around a separator, but not ``\r``."""
 _VALUE = (
     rf"""(?:{_NEXT_LINE}|{_YAML_PROPS}(?:(?i:bearer|basic)[ \t]+)?"""
     rf"""(?:"(?P<v1>(?:[^"\\\n-]+|\\[^\n]?|{_DASH}|"")+)"?"""
     rf"""|\$?'(?P<v2>(?:[^'\\\n-]+|\\[^\n]?|{_DASH}|'\\''|'')+)'?"""
-    rf"""|(?<=[ \t])(?P<v23>(?![{{\[#])(?:{_WORDS})+(?:[ \t]++(?![#\s])(?![^\s=:]*+[=:])(?:{_WORDS})+)*+)"""
+    rf"""|(?<={_BLANK})(?P<v23>(?![{{\[#"'])(?:{_PLAIN})+"""
+    rf"""(?:{_GAP}++(?![#\s])(?![^\s=:]*+{_GAP}*+[=:])(?:{_PLAIN})+)*+)"""
     rf"""|["']?(?P<v3>(?![{{\[])(?:{_WORDS})+)))"""
 )
 """A value as shells and YAML quote it: ``"..."``, ``'...'`` and ANSI-C ``$'...'`` (with backslash

@@ -30,6 +30,7 @@ from remote_bash._redact_rules import (
     _ASSIGNED,
     _AUTH_GROUPS,
     _BLANK_LINES,
+    _GAP,
     _NAME_END,
     _OPEN_END,
     _PEM_BEGIN,
@@ -454,6 +455,8 @@ _CONTEXT = 512
 ``-----`` and no ``://``: a keyword there could take a value that follows the cut. It is
 also what stays held (and is scanned with what follows) when a line outgrows ``_HARD_LINE``."""
 _DANGER = re.compile(r"-----|://")
+_GAP_RUN = re.compile(f"{_GAP}*")
+"""Blanks between the words of a value that goes on over them."""
 _RETRY = 1024
 """After finding no place to cut a long line, how much more of it to wait for before looking again."""
 _HARD_LINE = 64 * 1024
@@ -704,10 +707,11 @@ class StreamRedactor:
             return _Open(url.start(), url.start() + 3, "url-password", _DROP_BARE)
         combined = self._redactor._matcher(buf, max(start, last - 64), cut)
         for match in combined.finditer(buf, max(start, last - 64), cut):
-            if match.end() < cut:
-                continue
             name = match.lastgroup
             assert name is not None
+            if match.end() < cut and not (f"{name}v23" in combined.groupindex and match.start(f"{name}v23") >= 0
+                                          and _GAP_RUN.fullmatch(buf, match.end(), cut)):
+                continue  # ends before the cut (a value of words ends before the blanks the cut follows)
             kind = self._redactor._rules[int(name[1:])].kind
             if name == _PEM_GROUP:
                 return _Open(match.start(), match.start(), kind, _DROP_BARE, to_end_marker=True)

@@ -969,6 +969,13 @@ def test_a_tail_cut_in_a_line_that_closes_a_key_block_keeps_the_lines_after() ->
     ("token: abc, next: y", "token: [REDACTED:token], next: y"),
     ("secret: a b other: c", "secret: [REDACTED:secret] other: c"),
     ("PASSWORD=a b", "PASSWORD=[REDACTED:password] b"),
+    ("password: it's a secret", "password: [REDACTED:password]"),
+    ("db_password = don't tell, anyone", "db_password = [REDACTED:password], anyone"),
+    ("password: salt & pepper # c", "password: [REDACTED:password] # c"),
+    ('password: a "b c" d', "password: [REDACTED:password]"),
+    ("password:\u2003alpha bravo", "password:\u2003[REDACTED:password]"),
+    ("password =\u00a0a b c\u00a0# tail", "password =\u00a0[REDACTED:password]\u00a0# tail"),
+    ("password: s3cr3t user = bob port = 22", "password: [REDACTED:password] user = bob port = 22"),
 ])
 def test_a_value_after_a_separator_and_a_blank_runs_over_its_words(text: str, shown: str) -> None:
     """YAML and INI values run to the end of the line (a comment, a comma or the next key aside);
@@ -976,3 +983,13 @@ def test_a_value_after_a_separator_and_a_blank_runs_over_its_words(text: str, sh
     assert Redactor().redact(text) == shown
     stream = Redactor().stream()
     assert "".join(stream.feed(c) for c in text) + stream.flush() == shown
+
+
+@pytest.mark.parametrize("read", [100, 700, 1000, 4096])
+def test_a_value_of_words_past_the_line_bound_is_not_released_in_part(read: int) -> None:
+    """A line over 4 KiB goes out in parts, cut after a blank: not after a blank inside such a value."""
+    for pad in ("", "x" * 5000 + " "):
+        text = pad + "password: " + " ".join(f"w{i}" for i in range(1500)) + "\nnext\n"
+        stream = Redactor().stream()
+        out = "".join(stream.feed(text[i : i + read]) for i in range(0, len(text), read)) + stream.flush()
+        assert out == Redactor().redact(text) == pad + "password: [REDACTED:password]\nnext\n"
