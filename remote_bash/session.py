@@ -457,8 +457,15 @@ class RemoteBashSession:
         ulimits = _ulimits(self.host)
         env = {**self.host.env, "REMOTE_BASH_SESSION": self.session_id}
         try:
-            shell.write(framing.init_script(token, self._names, env, ulimits, self.host.limits.nice))
-            await self._wait(startup, shell, self.host.connect_timeout)
+            try:
+                shell.write(framing.init_script(token, self._names, env, ulimits, self.host.limits.nice))
+            except ConnectionLost:
+                if not (shell.closed.is_set() or shell.exited):
+                    raise
+                # The far side ended the channel before the script could go (a ForceCommand that
+                # exits at once): said below, with what it printed and its exit status.
+            else:
+                await self._wait(startup, shell, self.host.connect_timeout)
         except (Exception, asyncio.CancelledError):
             # Cancelled or failed half-way: this shell's start-up output must not reach a call.
             self._call = None
