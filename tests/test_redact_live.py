@@ -318,7 +318,8 @@ def test_run_masks_commands_in_the_live_view_json_events_and_transcript(env: dic
         live = cli(run_env, "run", "--host", "redact-a", f"set API_KEY={PASSWORD} in the shell")
         as_json = cli(run_env, "run", "--json", "--host", "redact-a", "again")
     assert live.returncode == 0, live.stderr
-    assert "$ export API_KEY=[REDACTED:api-key]; echo 'password: [REDACTED:password]'" in live.stdout
+    # A value after "password: " runs over its words, quotes included, up to the ";".
+    assert "$ export API_KEY=[REDACTED:api-key]; echo 'password: [REDACTED:password]; true" in live.stdout
     transcripts = list(Path(env["XDG_STATE_HOME"]).rglob("*.jsonl"))
     transcript_text = "".join(p.read_text() for p in transcripts if "transcripts" in str(p))
     assert "[REDACTED:api-key]" in transcript_text
