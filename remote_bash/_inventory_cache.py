@@ -9,8 +9,8 @@ JSON, with the inputs it was made from, all of which must match exactly for it t
   against its directory);
 * the home directory (``~`` in paths);
 * the code that reads a file: the size and modification time of each of the package's modules
-  that take part, and the versions of Python, pydantic and PyYAML (and of RE2, which checks the
-  patterns).
+  that take part, the version of Python, and those of the files of pydantic, PyYAML and RE2
+  (which checks the patterns), found without importing them.
 
 An inventory whose hosts take settings from ssh config (``ssh_config:``) is never cached: it
 depends on more files than its own. Neither is one whose values do not survive a JSON round trip
@@ -23,9 +23,11 @@ A cache is a speed-up, never a source of truth, and it cannot widen what a comma
   owned by the user or root, writable by no one else, no link owned by someone else); an entry is
   used only when it is a regular file (never a link) owned by the user and readable by no one else,
   which is how it is written (0600, through a temporary file renamed into place);
-* a hit is validated again through the :class:`~remote_bash.models.Host` model, field by field, and
-  checked for what no single host shows (each name as its key, jump hosts and group members that
-  exist, no jump cycle); anything that fails is ignored and the file read in full, as is any
+* a hit is checked again against :class:`~remote_bash.models.Host`'s declarations, field by field
+  (exact types, bounds and validators, by :func:`remote_bash._plain.from_json`, without pydantic;
+  an entry is kept only when that check gives back the very hosts resolved), and checked for what
+  no single host shows (each name as its key, jump hosts and group members that exist, no jump
+  cycle); anything that fails is ignored and the file read in full, as is any
   entry that cannot be read, parsed or trusted. So the only entry that can change which hosts
   exist, or their settings, is one the user's own account wrote: the same account can edit the
   inventory itself. ``--allow`` is applied by the gate after loading, never cached.
@@ -49,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from remote_bash._paths import UnsafePath, cache_dir, open_private, private_dir
+from remote_bash._plain import NotValid, from_json
 from remote_bash._yaml_lines import read_bytes
 from remote_bash.inventory import Inventory, adopt, resolve
 from remote_bash.models import Host
@@ -59,7 +62,8 @@ FORMAT = 1
 """The layout of an entry; bumped when it changes, so an older entry is never misread."""
 _MAX_ENTRY_BYTES = 64 * 2**20
 _WHAT = "the inventory cache"
-_MODULES = ("_inventory_cache", "_inventory_file", "_regex", "_ssh_config", "_yaml_lines", "inventory", "models")
+_MODULES = ("_inventory_cache", "_inventory_file", "_plain", "_regex", "_ssh_config", "_yaml_lines",
+            "inventory", "models")
 """The package's modules whose code decides what a file resolves to."""
 
 
@@ -105,15 +109,17 @@ def _code() -> list[Any]:
     """What identifies the code that resolves a file: our modules' sizes and times, the libraries'."""
     import importlib.util
 
-    import pydantic_core
-    from pydantic.version import VERSION
-
     package = Path(__file__).parent
-    found: list[Any] = [sys.version, VERSION, pydantic_core.__version__]
+    found: list[Any] = [sys.version]
     files = [package / f"{name}.py" for name in _MODULES]
-    for library in ("yaml", "re2"):
+    # Found, not imported (a hit loads neither pydantic nor YAML): pydantic's version file, and
+    # the directory of each library, whose time changes when it is installed again.
+    for library in ("pydantic", "pydantic_core", "yaml", "re2"):
         spec = importlib.util.find_spec(library)
-        files.append(Path(spec.origin) if spec is not None and spec.origin else Path(library))
+        origin = Path(spec.origin) if spec is not None and spec.origin else Path(library)
+        files.append(origin.with_name("version.py") if library == "pydantic" else origin)
+        if spec is not None and spec.submodule_search_locations:
+            files.append(origin.parent)
     for each in files:
         try:
             info = os.stat(each)
@@ -158,7 +164,10 @@ def _write(path: Path, inputs: dict[str, Any], inventory: Inventory) -> None:
             return
     except (TypeError, ValueError):  # a YAML value JSON cannot hold (a date, bytes) in the defaults
         return
-    if any(Host.model_validate(dump) != inventory.hosts[name] for name, dump in hosts.items()):
+    try:
+        if any(from_json(Host, dump) != inventory.hosts[name] for name, dump in hosts.items()):
+            return
+    except NotValid:  # a value the check of a hit would refuse: never kept
         return
     import secrets
 
@@ -180,18 +189,29 @@ def _write(path: Path, inputs: dict[str, Any], inventory: Inventory) -> None:
 
 def _rebuild(file: Path, body: Any) -> Inventory | None:
     """The inventory an entry's body holds, validated again; None when anything in it is wrong."""
-    from pydantic import ValidationError
-
     try:
-        hosts = {name: Host.model_validate(value) for name, value in body["hosts"].items()}
-        inventory = Inventory(path=file, hosts=hosts, groups=body["groups"], group_forks=body["group_forks"],
-                              defaults=body["defaults"])
-    except (ValidationError, KeyError, TypeError, AttributeError):
+        hosts = {name: from_json(Host, value) for name, value in body["hosts"].items()}
+        inventory = Inventory._trusted(
+            path=file, hosts=hosts, groups=_strings(body["groups"], list),
+            group_forks=_strings(body["group_forks"], int), defaults=_strings(body["defaults"], object))
+    except (NotValid, KeyError, TypeError, AttributeError):
         return None
     if not _consistent(inventory) or not _patterns_compile(inventory):
         return None
     adopt(inventory)
     return inventory
+
+
+def _strings(value: Any, kind: type) -> dict[str, Any]:
+    """``value``, a mapping of strings to ``kind`` (a group's members: a list of strings)."""
+    if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
+        raise NotValid("not a mapping of strings")
+    for each in value.values():
+        if kind is int and (type(each) is not int):
+            raise NotValid("not a number")
+        if kind is list and not (isinstance(each, list) and all(isinstance(name, str) for name in each)):
+            raise NotValid("not a list of names")
+    return value
 
 
 def _patterns_compile(inventory: Inventory) -> bool:

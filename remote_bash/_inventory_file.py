@@ -1,6 +1,6 @@
 """The inventory file's shape as pydantic models, and pydantic's errors as one-line messages.
 
-:class:`HostSettings` is derived from :class:`~remote_bash.models.Host`'s fields (all optional,
+:class:`HostSettings` is derived from the fields of :class:`~remote_bash.models.Host`'s pydantic model (all optional,
 with their types, bounds and validators), so a field added to ``Host`` is settable in the file with
 no second edit; it is what ``defaults``, a group's ``vars`` and a host entry share. A host entry
 adds ``hostname``; :class:`GroupEntry` and :class:`InventoryFile` complete the file. Every model
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import ErrorDetails
 
+from remote_bash._plain import twin
 from remote_bash._yaml_lines import Where, line_of
 from remote_bash.errors import InventoryError
 from remote_bash.models import Host
@@ -45,7 +46,7 @@ _CONFIG = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
 def _optional(name: str) -> tuple[Any, Any]:
     """Host's field ``name`` with its type, bounds and validators, but no default: unset means
     "inherit", which ``model_dump(exclude_unset=True)`` tells apart from any value."""
-    field = Host.model_fields[name]
+    field = twin(Host).model_fields[name]
     annotation = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
     return annotation, Field(default=None, description=field.description)
 
@@ -65,7 +66,7 @@ else:
         "HostSettings",
         __config__=ConfigDict(**_CONFIG, json_schema_extra={"expected": _SETTINGS}),
         __doc__="Settings of a host that ``defaults``, a group's ``vars`` and a host entry share.",
-        **{name: _optional(name) for name in Host.model_fields if name not in NOT_SETTINGS},
+        **{name: _optional(name) for name in twin(Host).model_fields if name not in NOT_SETTINGS},
     )
     HostEntry = create_model(
         "HostEntry",

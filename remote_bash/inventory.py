@@ -27,11 +27,10 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from remote_bash._paths import config_dir
+from remote_bash._plain import Model
 from remote_bash._regex import PatternError, compile_linear
 from remote_bash._ssh_config import parse_ssh_config, read_ssh_config
 from remote_bash._yaml_lines import (
@@ -65,20 +64,21 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 _GLOB_CHARS = frozenset("*?[")
 
 
-class Inventory(BaseModel):
+@dataclass(frozen=True, init=False, kw_only=True)
+class Inventory(Model):
     """Every host the inventory file declares, resolved, with its groups."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    _config: ClassVar[dict[str, Any]] = {"extra": "forbid", "frozen": True}
 
     path: Path | None = None
     """The file the inventory was read from; ``None`` when built in code."""
-    hosts: dict[str, Host] = Field(default_factory=dict)
+    hosts: dict[str, Host] = field(default_factory=dict)
     """Hosts by name, in the order the file lists them."""
-    groups: dict[str, list[str]] = Field(default_factory=dict)
+    groups: dict[str, list[str]] = field(default_factory=dict)
     """Group name -> sorted names of its member hosts, through ``children`` too."""
-    group_forks: dict[str, int] = Field(default_factory=dict)
+    group_forks: dict[str, int] = field(default_factory=dict)
     """The ``forks`` a group declares: how many of its hosts fleet commands work on at once."""
-    defaults: dict[str, Any] = Field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)
     """The ``defaults`` section as written in the file."""
 
     def select(self, pattern: str) -> list[Host]:
@@ -334,16 +334,19 @@ class _Builder:
 
     def validate(self, merged: _Merged, name: str, hostname: str, groups: list[str]) -> Host:
         data = {**merged.values, "name": name, "hostname": hostname, "groups": groups}
+        from pydantic import ValidationError
+
         try:
             return Host.model_validate(data)
         except ValidationError as exc:
             from remote_bash._inventory_file import explain, first_problem, yaml_path
+            from remote_bash._plain import twin
 
             first, count = first_problem(exc, data)
             loc = yaml_path(first, data)
             more = f" (and {count - 1} more problems)" if count > 1 else ""
             layer = merged.origin(loc) or _Layer(self.name, ("hosts", name), {})
-            raise self.fail(explain(first, Host, loc) + more, loc, layer) from None
+            raise self.fail(explain(first, twin(Host), loc) + more, loc, layer) from None
 
     def build(self, spec: InventoryFile, defaults_raw: dict[str, Any]) -> Inventory:
         names = set(spec.hosts)
@@ -385,7 +388,7 @@ class _Builder:
                 "to stop it inheriting one)",
                 ("hosts", cycle[0], "jump"),
             ) from None
-        return Inventory(
+        return Inventory._trusted(
             path=self.file,
             hosts=hosts,
             groups={g: sorted(found) for g, found in groups.members.items()},

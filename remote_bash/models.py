@@ -1,15 +1,18 @@
-"""Plain data: hosts, limits, policies and command results, as pydantic models.
+"""Plain data: hosts, limits, policies and command results.
 
-Models validate and describe; they never do I/O. Every config model forbids
-unknown fields so a typo in an inventory is an error, not a silent default.
+Frozen data classes (:mod:`remote_bash._plain`) that pydantic validates when one is made in code or
+read from a file; they never do I/O. Every config class forbids unknown fields so a typo in an
+inventory is an error, not a silent default. Reading them back (a cached inventory, a command's
+result) needs no pydantic.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator
+from remote_bash._plain import After, Before, Bound, Model
 
 __all__ = [
     "ApproveRule",
@@ -38,7 +41,7 @@ def _env_names(value: dict[str, str]) -> dict[str, str]:
 
 # Validators of Host's fields are types rather than methods, so the inventory file's host settings
 # (derived from Host's fields) run them too, at the line that sets the value.
-EnvVars = Annotated[dict[str, str], AfterValidator(_env_names)]
+EnvVars = Annotated[dict[str, str], After(_env_names)]
 
 
 def _not_a_bool(value: object) -> object:
@@ -48,36 +51,37 @@ def _not_a_bool(value: object) -> object:
     return value
 
 
-Int = Annotated[int, BeforeValidator(_not_a_bool)]
-Number = Annotated[float, BeforeValidator(_not_a_bool)]
+Int = Annotated[int, Before(_not_a_bool)]
+Number = Annotated[float, Before(_not_a_bool)]
+
+# Model's configuration forbids unknown fields and infinite or NaN numbers (a deadline of .inf
+# would be none).
+_model = dataclass(frozen=True, init=False, kw_only=True)
 
 
-class _Config(BaseModel):
-    # No infinite or NaN number: a deadline of .inf would be none.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class ResourceLimits(_Config):
+@_model
+class ResourceLimits(Model):
     """ulimit-style limits and a nice level, applied to the remote shell when it starts.
 
     Every command the shell runs inherits them.
     """
 
-    cpu_seconds: Int | None = Field(default=None, ge=1)
+    cpu_seconds: Annotated[Int | None, Bound(ge=1)] = None
     """CPU time per process, in seconds (``ulimit -t``)."""
-    virtual_memory_kb: Int | None = Field(default=None, ge=1024)
+    virtual_memory_kb: Annotated[Int | None, Bound(ge=1024)] = None
     """Virtual memory per process, in KiB (``ulimit -v``)."""
-    file_size_kb: Int | None = Field(default=None, ge=1)
+    file_size_kb: Annotated[Int | None, Bound(ge=1)] = None
     """Largest file a process may write, in KiB (``ulimit -f``)."""
-    processes: Int | None = Field(default=None, ge=1)
+    processes: Annotated[Int | None, Bound(ge=1)] = None
     """Processes the remote user may have (``ulimit -u``)."""
-    open_files: Int | None = Field(default=None, ge=16)
+    open_files: Annotated[Int | None, Bound(ge=16)] = None
     """Open file descriptors per process (``ulimit -n``)."""
-    nice: Int | None = Field(default=None, ge=0, le=19)
+    nice: Annotated[Int | None, Bound(ge=0, le=19)] = None
     """Scheduling niceness of the shell (``renice``); 0 to 19, higher is kinder."""
 
 
-class CommandPolicy(_Config):
+@_model
+class CommandPolicy(Model):
     """A guard rail checked before a command is sent: not the security boundary.
 
     Isolation and least privilege on the host are the real control.
@@ -85,7 +89,7 @@ class CommandPolicy(_Config):
 
     allow: list[str] | None = None
     """Executables a command may start with; ``None`` allows any executable."""
-    deny: list[str] = Field(default_factory=list)
+    deny: list[str] = field(default_factory=list)
     """Regular expressions; a command matching any of them is refused."""
     allow_operators: bool = True
     """With an ``allow`` list: whether shell operators (``;``, ``|``, ``&&``, ``$()``, ...) may chain
@@ -93,26 +97,34 @@ class CommandPolicy(_Config):
     never saw."""
 
 
-class RegexApproveRule(_Config):
+def _absolute_paths(value: list[str]) -> list[str]:
+    for path in value:
+        if not path.startswith("/"):
+            raise ValueError(f"writes_outside paths must be absolute, got {path!r}")
+    return value
+
+
+def _absolute_patterns(value: list[str] | None) -> list[str] | None:
+    for pattern in value or []:
+        if not pattern.startswith("/"):
+            raise ValueError(f"edit path pattern {pattern!r} must be absolute (start with /)")
+    return value
+
+
+@_model
+class RegexApproveRule(Model):
     """Ask before a command matching this regular expression is sent."""
 
     regex: str
     """A regular expression searched for in the command text."""
 
 
-class WritesOutsideRule(_Config):
+@_model
+class WritesOutsideRule(Model):
     """Ask before a command that writes outside these absolute paths is sent."""
 
-    writes_outside: list[str] = Field(min_length=1)
+    writes_outside: Annotated[list[str], Bound(min_length=1), After(_absolute_paths)]
     """Absolute paths under which writing needs no approval."""
-
-    @field_validator("writes_outside")
-    @classmethod
-    def _absolute(cls, value: list[str]) -> list[str]:
-        for path in value:
-            if not path.startswith("/"):
-                raise ValueError(f"writes_outside paths must be absolute, got {path!r}")
-        return value
 
 
 APPROVE_CLASSES = ("privilege", "packages", "services", "deletions")
@@ -149,7 +161,7 @@ def _approve_rules(value: object) -> object:
 
 # A type rather than a model validator, so the inventory file's host settings (derived from
 # Host's fields) give the same sentence at the line that sets the rule.
-ApproveSetting = Annotated[Literal["never", "all"] | list[ApproveRule] | None, BeforeValidator(_approve_rules)]
+ApproveSetting = Annotated[Literal["never", "all"] | list[ApproveRule] | None, Before(_approve_rules)]
 
 
 class _Origin:
@@ -166,39 +178,33 @@ class _Origin:
 
     __hash__ = None  # type: ignore[assignment]  # mutable holder, compared only inside a Host
 
-class EditPolicy(_Config):
+@_model
+class EditPolicy(Model):
     """Where the text editor tool may work on a host, checked before anything is sent.
 
     Patterns are absolute paths or globs (``*`` also matches ``/``); a pattern that names a
     directory covers everything below it. A symbolic link is checked as itself and as the
     file it points to."""
 
-    allow: list[str] | None = None
+    allow: Annotated[list[str] | None, After(_absolute_patterns)] = None
     """Paths the editor may view or change; ``None`` allows any path not denied."""
-    deny: list[str] = Field(default_factory=list)
+    deny: Annotated[list[str], After(_absolute_patterns)] = field(default_factory=list)
     """Paths the editor may never view or change; deny wins over allow."""
     read_only: bool = False
     """``True`` allows ``view`` only."""
 
-    @field_validator("allow", "deny")
-    @classmethod
-    def _absolute(cls, value: list[str] | None) -> list[str] | None:
-        for pattern in value or []:
-            if not pattern.startswith("/"):
-                raise ValueError(f"edit path pattern {pattern!r} must be absolute (start with /)")
-        return value
 
-
-class Host(_Config):
+@_model
+class Host(Model):
     """One host remote_bash may reach, as the inventory resolved it."""
 
-    _origin: _Origin = PrivateAttr(default_factory=_Origin)
+    _origin: _Origin = field(default_factory=_Origin, repr=False, compare=False)
 
-    name: str = Field(min_length=1)
+    name: Annotated[str, Bound(min_length=1)]
     """The inventory name; what the audit log, the CLI and errors call the host."""
-    hostname: str = Field(min_length=1)
+    hostname: Annotated[str, Bound(min_length=1)]
     """The address or DNS name to connect to."""
-    port: Int = Field(default=22, ge=1, le=65535)
+    port: Annotated[Int, Bound(ge=1, le=65535)] = 22
     """The SSH port."""
     user: str | None = None
     """The remote user; ``None`` means the local user's name."""
@@ -212,36 +218,36 @@ class Host(_Config):
     credential: Literal["auto", "agent", "key", "keyring"] = "auto"
     """Where credentials come from: ``auto`` offers the agent, the key file and a keyring secret if
     one is stored; the others restrict to one source."""
-    jump: list[str] = Field(default_factory=list)
+    jump: list[str] = field(default_factory=list)
     """Inventory names of hosts to tunnel through, first hop first (like ProxyJump)."""
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
     """Free-form key/value labels, selectable with ``key=value`` patterns."""
-    groups: list[str] = Field(default_factory=list)
+    groups: list[str] = field(default_factory=list)
     """Groups the host belongs to (filled in by the inventory)."""
-    env: EnvVars = Field(default_factory=dict)
+    env: EnvVars = field(default_factory=dict)
     """Extra environment exported in the remote shell when it starts."""
-    command_timeout: Number = Field(default=DEFAULT_TIMEOUT, gt=0)
+    command_timeout: Annotated[Number, Bound(gt=0)] = DEFAULT_TIMEOUT
     """Default deadline of one command, in seconds."""
-    max_timeout: Number = Field(default=DEFAULT_MAX_TIMEOUT, gt=0)
+    max_timeout: Annotated[Number, Bound(gt=0)] = DEFAULT_MAX_TIMEOUT
     """Largest deadline a caller may ask for; longer requests are clamped to it."""
-    connect_timeout: Number = Field(default=15.0, gt=0)
+    connect_timeout: Annotated[Number, Bound(gt=0)] = 15.0
     """Deadline for TCP connect plus SSH handshake plus authentication, in seconds."""
-    keepalive_interval: Number = Field(default=15.0, ge=0)
+    keepalive_interval: Annotated[Number, Bound(ge=0)] = 15.0
     """Seconds between SSH keepalives; 0 turns them off. Three unanswered ones drop the connection."""
-    output_limit: Int = Field(default=DEFAULT_OUTPUT_LIMIT, ge=200)
+    output_limit: Annotated[Int, Bound(ge=200)] = DEFAULT_OUTPUT_LIMIT
     """Characters of output kept per command (the start and the end; the middle is cut)."""
-    limits: ResourceLimits = Field(default_factory=ResourceLimits)
+    limits: ResourceLimits = field(default_factory=ResourceLimits._trusted)
     """Resource limits applied to the remote shell."""
-    policy: CommandPolicy = Field(default_factory=CommandPolicy)
+    policy: CommandPolicy = field(default_factory=CommandPolicy._trusted)
     """The command policy checked before a command is sent."""
-    edit: EditPolicy = Field(default_factory=EditPolicy)
+    edit: EditPolicy = field(default_factory=EditPolicy._trusted)
     """Where the text editor tool may view and change files."""
     ssh_config: str | None = None
     """A ``Host`` alias in the user's ``~/.ssh/config`` to take HostName, User, Port, IdentityFile
     and ProxyJump from."""
-    redact: list[str] = Field(default_factory=list)
+    redact: list[str] = field(default_factory=list)
     """Extra regular expressions whose matches are masked in output and audit records."""
-    forks: Int | None = Field(default=None, ge=1)
+    forks: Annotated[Int | None, Bound(ge=1)] = None
     """Largest number of hosts of this host's groups worked on at once by the fleet commands."""
     approve: ApproveSetting = None
     """Which commands Claude asks for need a person's yes before they are sent: ``never``, ``all``
@@ -265,10 +271,11 @@ def _set_inventory(host: Host, inventory: object) -> None:
     host._origin.inventory = inventory
 
 
-class KillReport(_Config):
+@_model
+class KillReport(Model):
     """What was done to end a command that outran its deadline or was interrupted."""
 
-    signals: list[str] = Field(default_factory=list)
+    signals: list[str] = field(default_factory=list)
     """Signals sent, in order (``INT``, ``TERM``, ``KILL``)."""
     survivors: int = 0
     """Processes of the command still alive after the last signal (0 is the goal)."""
@@ -284,7 +291,8 @@ class KillReport(_Config):
     daemons or another login's): ``survivors`` does not count them."""
 
 
-class CommandResult(_Config):
+@_model
+class CommandResult(Model):
     """The outcome of one command run in a session."""
 
     command: str
@@ -324,21 +332,17 @@ class CommandResult(_Config):
                       shell_lost: bool, duration: float, output_bytes: int, output_sha256: str, timeout: float,
                       kill: KillReport | None, audit_error: str | None = None) -> CommandResult:
         """The result a session built from values it computed itself, every field given with its
-        type (the signature says which, and mypy holds the caller to it): made as pydantic's
-        ``model_construct`` makes a model, without its generic field loop, and without validation,
-        which would cost more than the rest of the call's Python. Equal in every way to the
-        validated model (tests compare the two)."""
+        type (the signature says which, and mypy holds the caller to it): made without the generic
+        field loop and without validation, which would cost more than the rest of the call's
+        Python. Equal in every way to the validated result (tests compare the two)."""
         result = cls.__new__(cls)
         _set(result, "__dict__", {
             "command": command, "output": output, "exit_code": exit_code, "timed_out": timed_out,
             "truncated": truncated, "shell_lost": shell_lost, "duration": duration, "output_bytes": output_bytes,
             "output_sha256": output_sha256, "timeout": timeout, "kill": kill, "audit_error": audit_error,
         })
-        _set(result, "__pydantic_fields_set__", set(_RESULT_FIELDS))
-        _set(result, "__pydantic_extra__", None)
-        _set(result, "__pydantic_private__", None)
         return result
 
 
 _set = object.__setattr__
-_RESULT_FIELDS = frozenset(CommandResult.model_fields)
+

@@ -159,6 +159,23 @@ def test_a_cache_directory_others_can_write_is_not_used(tmp_path: Path, env: dic
         (lambda d: d["inventory"]["hosts"]["db-1"].update(policy={"deny": ["("]}), "a deny pattern that fails"),
         (lambda d: d["inventory"]["hosts"]["db-1"].update(redact=["("]), "a redact pattern that fails"),
         (lambda d: d["inventory"]["hosts"]["db-1"].update(approve=[{"regex": "("}]), "an approve regex that fails"),
+        (lambda d: d["inventory"]["hosts"]["db-1"].update(port=0), "a number out of its bounds"),
+        (lambda d: d["inventory"]["hosts"]["db-1"].update(port=True), "a boolean for a number"),
+        (lambda d: d["inventory"]["hosts"]["db-1"].update(port="2202"), "a number as a string"),
+        (lambda d: d["inventory"]["hosts"]["db-1"].update(command_timeout="60"), "a float as a string"),
+        (lambda d: d["inventory"]["hosts"]["db-1"].update(command_timeout=-1.0), "a deadline below zero"),
+        (lambda d: d["inventory"]["hosts"]["db-1"].update(host_key_policy="none"), "a choice not offered"),
+        (lambda d: d["inventory"]["hosts"]["db-1"].update(env={"1A": "x"}), "a value its validator refuses"),
+        (lambda d: d["inventory"]["hosts"]["db-1"].update(labels={"a": 1}), "a number where text goes"),
+        (lambda d: d["inventory"]["hosts"]["db-1"].pop("port"), "a field left out"),
+        (lambda d: d["inventory"]["hosts"]["db-1"]["limits"].update(cores=2), "a nested field unknown"),
+        (lambda d: d["inventory"]["hosts"]["db-1"]["limits"].update(nice=20), "a nested bound broken"),
+        (lambda d: d["inventory"]["hosts"]["db-1"]["edit"].update(deny=["etc"]), "a relative edit path"),
+        (lambda d: d["inventory"]["hosts"]["db-1"].update(approve=["sudo"]), "an approval class unknown"),
+        (lambda d: d["inventory"]["hosts"]["db-1"].update(approve=[{"writes_outside": []}]), "an empty list"),
+        (lambda d: d["inventory"]["hosts"]["db-1"].update(identity_file=5), "a number for a path"),
+        (lambda d: d["inventory"]["group_forks"].update(web="5"), "a group's forks as a string"),
+        (lambda d: d["inventory"]["groups"].update(web="web-1"), "a group's members as a string"),
         (lambda d: d["inputs"].update(code=[]), "other code"),
         (lambda d: d["inputs"].update(home="/elsewhere"), "another home directory"),
         (lambda d: d.update(inventory=[]), "a body of the wrong shape"),
@@ -208,3 +225,32 @@ def test_relative_paths_resolve_against_the_file_wherever_it_is_read_from(
     write(other)
     monkeypatch.chdir(other)
     assert cached_inventory(Path("hosts.yaml"), env).hosts["web-1"].identity_file == other / "keys" / "web"
+
+
+def test_a_hit_loads_neither_pydantic_nor_yaml(tmp_path: Path, env: dict[str, str]) -> None:
+    """What a cold ``exec`` gains from the cache: the inventory, its hosts and a command's result
+    without pydantic (a tenth of its start) or PyYAML, in a process of its own."""
+    file = write(tmp_path)
+    cached_inventory(file, env)
+    script = f"""
+import sys
+from pathlib import Path
+from remote_bash._inventory_cache import cached_inventory
+from remote_bash.models import CommandResult, KillReport
+inventory = cached_inventory(Path({str(file)!r}), {env!r})
+host = inventory.host("db-1")
+assert host.port == 2202 and host.redact == ["token=\\S+"] and host.user == "deploy", host
+assert [type(rule).__name__ for rule in inventory.host("bastion").approve] == ["str", "RegexApproveRule"]
+result = CommandResult._from_session(command="true", output="", exit_code=0, timed_out=False, truncated=False,
+                                     shell_lost=False, duration=0.1, output_bytes=0, output_sha256="", timeout=1.0,
+                                     kill=KillReport._trusted(signals=["KILL"]))
+assert result.model_dump(mode="json")["kill"]["signals"] == ["KILL"]
+loaded = sorted(name for name in sys.modules if name.split(".")[0] in ("pydantic", "pydantic_core", "yaml"))
+assert not loaded, loaded
+"""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env}, cwd=Path(__file__).parent.parent)
+    assert done.returncode == 0, done.stderr

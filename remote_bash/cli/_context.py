@@ -85,7 +85,7 @@ class _Context:
 
         with sandbox_for_command(self.env, getattr(self.args, "backend", None), image=getattr(self.args, "image", None),
                                  progress=_progress, private_paths=self.private_paths()) as host:
-            yield Inventory(hosts={host.name: host})
+            yield Inventory._trusted(hosts={host.name: host})
 
     def private_paths(self) -> list[Path]:
         """What a sandboxed command must not read: the operator's home, audit logs and state."""

@@ -57,7 +57,7 @@ def _result(host: Host, status: Status, started: float, *, error: BaseException 
         message: str | None = error.message  # the host is named by the result already
     else:
         message = error if isinstance(error, str) or error is None else str(error)
-    return HostResult(
+    return HostResult._trusted(
         host=host.name, status=status, exit_code=exit_code, duration=time.monotonic() - started,
         output=output, first_line=_first_line(output) or _first_line(message or ""), error=message,
         error_type=None if error is None or isinstance(error, str) else type(error).__name__,
@@ -318,7 +318,7 @@ class FleetPool:
                         progress.start()
                         result = await self.run_on(host, command, timeout=timeout)
             if result is None:
-                result = HostResult(host=host.name, status="skipped",
+                result = HostResult._trusted(host=host.name, status="skipped",
                                     error="not started: an earlier host failed and fail_fast is on")
             elif fail_fast and not result.ok:
                 stop.set()
@@ -340,7 +340,7 @@ class FleetPool:
         for masker in dict.fromkeys(maskers):
             shown = masker(shown)
         shown = Redactor(sorted({p for h in selected for p in h.redact})).redact_command(shown)
-        return FleetResult(command=shown, pattern=pattern, results=done,
+        return FleetResult._trusted(command=shown, pattern=pattern, results=done,
                            duration=time.monotonic() - progress.started)
 
     async def discard(self, host: Host | str) -> None:

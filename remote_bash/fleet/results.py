@@ -1,4 +1,4 @@
-"""What the fleet commands return: one result per host, and the whole run's, as pydantic models.
+"""What the fleet commands return: one result per host, and the whole run's, as plain data classes.
 
 ``fleet exec`` gives a :class:`FleetResult` of :class:`HostResult`; ``fleet run`` a
 :class:`FleetRun` of :class:`HostRun`; both send :class:`FleetProgress` snapshots while they run.
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from remote_bash._plain import Model
 
 __all__ = [
     "COORDINATOR",
@@ -47,10 +47,14 @@ def count_statuses(order: Iterable[str], statuses: Iterable[str]) -> dict[str, i
     return {s: n for s, n in counts.items() if n}
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Model(Model):
+    _config: ClassVar[dict[str, Any]] = {"extra": "forbid", "frozen": True}
 
 
+_model = dataclass(frozen=True, init=False, kw_only=True)
+
+
+@_model
 class HostResult(_Model):
     """What happened on one host."""
 
@@ -83,6 +87,7 @@ class HostResult(_Model):
         return self.status == "ok"
 
 
+@_model
 class OutputGroup(_Model):
     """Hosts whose command printed exactly the same text (trailing whitespace aside)."""
 
@@ -93,6 +98,7 @@ class OutputGroup(_Model):
 _EXEC_EXIT_2: frozenset[str] = frozenset({"unreachable", "timed_out", "error", "skipped"})
 
 
+@_model
 class FleetResult(_Model):
     """The outcome of one command across the selected hosts."""
 
@@ -100,7 +106,7 @@ class FleetResult(_Model):
     """The command as sent to every host, with secrets masked."""
     pattern: str
     """The host pattern the hosts were selected with."""
-    results: list[HostResult] = Field(default_factory=list)
+    results: list[HostResult] = field(default_factory=list)
     """One per selected host, in inventory order."""
     duration: float = 0.0
     """Wall-clock seconds for the whole fan-out."""
@@ -136,7 +142,7 @@ class FleetResult(_Model):
             if r.status in ("ok", "failed"):
                 found.setdefault(r.output.rstrip(), []).append(r.host)
         ordered = sorted(found.items(), key=lambda item: -len(item[1]))  # stable: first seen first
-        return [OutputGroup(output=out, hosts=hosts) for out, hosts in ordered]
+        return [OutputGroup._trusted(output=out, hosts=hosts) for out, hosts in ordered]
 
     def to_json(self, *, indent: int | None = 2) -> str:
         """The result as JSON, with ``ok``, ``exit_code`` and ``counts`` added."""
@@ -170,6 +176,7 @@ def _first_line(text: str) -> str:
 
 
 
+@_model
 class Conversation(_Model):
     """How one conversation with Claude ended."""
 
@@ -191,6 +198,7 @@ class Conversation(_Model):
     """The text of Claude's last reply."""
 
 
+@_model
 class HostRun(_Model):
     """What a fleet run did on one host."""
 
@@ -224,6 +232,7 @@ class HostRun(_Model):
         return self.status == "ok"
 
 
+@_model
 class FleetRun(_Model):
     """The outcome of a task across the selected hosts."""
 
@@ -233,7 +242,7 @@ class FleetRun(_Model):
     """The host pattern the hosts were selected with."""
     mode: Mode
     """``per-host`` (a conversation per host) or ``coordinator`` (one for all)."""
-    results: list[HostRun] = Field(default_factory=list)
+    results: list[HostRun] = field(default_factory=list)
     """One per selected host, in inventory order."""
     coordinator: Conversation | None = None
     """The coordinator's conversation; ``None`` per host, or when no host could be reached."""

@@ -1,0 +1,391 @@
+"""Plain frozen data classes whose declarations pydantic validates on demand.
+
+The package's data (hosts, limits, policies, command results, inventories, fleet results) are
+frozen :mod:`dataclasses`, not pydantic models, so that a command line that only reads them back
+(``remote-bash exec`` with its inventory from the cache) never imports pydantic, about a tenth of
+a cold start. Their field types carry the bounds and validators as ``Annotated`` metadata of this
+module (:class:`Bound`, :class:`Before`, :class:`After`); two readers use them:
+
+* :func:`twin` builds, on first use, a pydantic model of the same name and
+  fields for each class and validates through it: making one in code (``Host(name=..., ...)``),
+  ``model_validate`` and the inventory file's reader. So the errors are pydantic's, as before;
+* :func:`from_json` checks a JSON value written by ``model_dump(mode="json")`` against the same
+  declarations (exact types, bounds, validators) and rebuilds the object without pydantic: the
+  inventory cache's hit. Anything it does not recognise fails the check, never passes it.
+
+The classes keep pydantic's reading methods (``model_dump``, ``model_copy``, ``model_validate``,
+``model_fields``, ``model_json_schema``), so code written against the models is unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, cast
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+__all__ = ["After", "Before", "Bound", "Model", "NotValid", "from_json", "hints", "public_fields", "twin", "validated"]
+
+
+class Bound:
+    """Bounds of a number (``ge``, ``gt``, ``le``) or of a length (``min_length``)."""
+
+    __slots__ = ("ge", "gt", "le", "min_length")
+
+    def __init__(self, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
+                 min_length: int | None = None) -> None:
+        self.ge, self.gt, self.le, self.min_length = ge, gt, le, min_length
+
+    def given(self) -> dict[str, float]:
+        """The bounds set, by pydantic's names for them."""
+        return {name: value for name in self.__slots__ if (value := getattr(self, name)) is not None}
+
+
+class Before:
+    """A function run on the raw value before its type is checked (pydantic's ``BeforeValidator``)."""
+
+    __slots__ = ("func",)
+
+    def __init__(self, func: Callable[[Any], Any]) -> None:
+        self.func = func
+
+
+class After:
+    """A function run on the value once its type is checked (pydantic's ``AfterValidator``)."""
+
+    __slots__ = ("func",)
+
+    def __init__(self, func: Callable[[Any], Any]) -> None:
+        self.func = func
+
+
+class _TwinFields:
+    """``Cls.model_fields``: the fields of the class's pydantic model (built on first use)."""
+
+    def __get__(self, obj: object, owner: type[Model]) -> dict[str, Any]:
+        return dict(twin(owner).model_fields)
+
+
+class Model:
+    """Base of the plain data classes: validated when made in code, frozen, dumped as pydantic dumps.
+
+    Subclasses are ``@dataclasses.dataclass(frozen=True, init=False)``; fields whose names start
+    with ``_`` are private (never validated, dumped or compared when declared ``compare=False``)."""
+
+    _config: ClassVar[dict[str, Any]] = {"extra": "forbid", "frozen": True, "allow_inf_nan": False}
+    """pydantic's configuration of the class's model."""
+    model_fields: ClassVar[dict[str, Any]] = _TwinFields()  # type: ignore[assignment]
+
+    def __init__(self, **data: Any) -> None:
+        _fill(self, validated(type(self), data))
+
+    @classmethod
+    def _trusted(cls, **values: Any) -> typing.Self:
+        """One made from values that are already of their fields' types, without validation
+        (absent fields take their defaults)."""
+        made = cls.__new__(cls)
+        _fill(made, values)
+        return made
+
+    @classmethod
+    def model_validate(cls, obj: Any) -> typing.Self:
+        """``obj`` (a mapping, or an instance, returned as it is) validated as this class."""
+        if isinstance(obj, cls):
+            return obj
+        return cls._trusted(**validated(cls, obj))
+
+    @classmethod
+    def model_validate_json(cls, text: str | bytes) -> typing.Self:
+        """JSON text validated as this class (in pydantic's JSON mode)."""
+        model = twin(cls).model_validate_json(text)
+        return cast("typing.Self", _as_plain(model))
+
+    @classmethod
+    def model_json_schema(cls) -> dict[str, Any]:
+        """The JSON schema of the class's pydantic model."""
+        return twin(cls).model_json_schema()
+
+    def model_dump(self, *, mode: Literal["python", "json"] = "python", exclude: set[str] | None = None,
+                   exclude_none: bool = False) -> dict[str, Any]:
+        """The public fields as a dict, nested objects as dicts; with ``mode="json"``, only JSON
+        types (paths as strings)."""
+        return {name: _dump(getattr(self, name), mode, exclude_none) for name in public_fields(type(self))
+                if not (exclude and name in exclude) and not (exclude_none and getattr(self, name) is None)}
+
+    def model_dump_json(self, *, indent: int | None = None) -> str:
+        """``model_dump(mode="json")`` as JSON text."""
+        import json
+
+        return json.dumps(self.model_dump(mode="json"), indent=indent, ensure_ascii=False,
+                          separators=None if indent is not None else (",", ":"))
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> typing.Self:
+        """A copy, with ``update`` set as given (not validated, as pydantic's ``model_copy``)."""
+        values = dict(self.__dict__)
+        if deep:
+            import copy
+
+            values = {name: value if name.startswith("_") else copy.deepcopy(value) for name, value in values.items()}
+        if update:
+            unknown = set(update) - set(public_fields(type(self)))
+            if unknown:
+                raise ValueError(f"{type(self).__name__} has no field {', '.join(sorted(unknown))}")
+            values.update(update)
+        made = type(self).__new__(type(self))
+        object.__setattr__(made, "__dict__", values)
+        return made
+
+
+_FIELDS: dict[type, tuple[dataclasses.Field[Any], ...]] = {}
+_PUBLIC: dict[type, tuple[str, ...]] = {}
+
+
+def _fields(cls: type) -> tuple[dataclasses.Field[Any], ...]:
+    found = _FIELDS.get(cls)
+    if found is None:
+        found = _FIELDS[cls] = dataclasses.fields(cls)
+    return found
+
+
+def public_fields(cls: type) -> tuple[str, ...]:
+    """The names of ``cls``'s public fields, in order."""
+    found = _PUBLIC.get(cls)
+    if found is None:
+        found = _PUBLIC[cls] = tuple(f.name for f in _fields(cls) if not f.name.startswith("_"))
+    return found
+
+
+def _fill(obj: Model, values: dict[str, Any]) -> None:
+    cls = type(obj)
+    given = dict(values)
+    filled: dict[str, Any] = {}
+    for field in _fields(cls):
+        if field.name in given:
+            filled[field.name] = given.pop(field.name)
+        elif field.default is not dataclasses.MISSING:
+            filled[field.name] = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            filled[field.name] = field.default_factory()
+        else:
+            raise TypeError(f"{cls.__name__}: no value for {field.name!r}")
+    if given:
+        raise TypeError(f"{cls.__name__} has no field {', '.join(sorted(given))}")
+    object.__setattr__(obj, "__dict__", filled)
+
+
+def _dump(value: Any, mode: str, exclude_none: bool) -> Any:
+    if isinstance(value, Model):
+        return value.model_dump(mode=mode, exclude_none=exclude_none)  # type: ignore[arg-type]
+    if isinstance(value, list | tuple):
+        return [_dump(each, mode, exclude_none) for each in value]
+    if isinstance(value, dict):
+        return {key: _dump(each, mode, exclude_none) for key, each in value.items()}
+    if mode == "json" and isinstance(value, Path):
+        return str(value)
+    return value
+
+
+# -- checking a JSON value against the declarations -------------------------------------------------------
+
+
+class NotValid(Exception):
+    """A JSON value that does not match a class's declarations (the inventory cache then reads the
+    file in full)."""
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def hints(cls: type) -> dict[str, Any]:
+    """The resolved field types of ``cls``, metadata included."""
+    found = _HINTS.get(cls)
+    if found is None:
+        found = _HINTS[cls] = typing.get_type_hints(cls, include_extras=True)
+    return found
+
+
+def from_json(cls: type[Model], data: Any) -> Any:
+    """``data``, a dump of ``cls`` in JSON mode, checked against its declarations and made into
+    an instance; :class:`NotValid` names the first thing that does not match."""
+    return _as(cls, data, cls.__name__)
+
+
+def _as(tp: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        base, *meta = typing.get_args(tp)
+        for item in meta:
+            if isinstance(item, Before):
+                value = _run(item.func, value, where)
+        value = _as(base, value, where)
+        for item in meta:
+            if isinstance(item, Bound):
+                _check_bounds(item, value, where)
+            elif isinstance(item, After):
+                value = _run(item.func, value, where)
+            elif not isinstance(item, Before):
+                raise NotValid(f"{where}: unknown metadata {item!r}")
+        return value
+    if isinstance(tp, type) and issubclass(tp, Model):
+        if not isinstance(value, dict) or set(value) != set(public_fields(tp)):
+            raise NotValid(f"{where}: not the fields of {tp.__name__}")
+        types_of = hints(tp)
+        return tp._trusted(**{name: _as(types_of[name], value[name], f"{where}.{name}") for name in public_fields(tp)})
+    if origin in (typing.Union, types.UnionType):
+        for option in typing.get_args(tp):
+            try:
+                return _as(option, value, where)
+            except NotValid:
+                continue
+        raise NotValid(f"{where}: {value!r} matches none of {tp}")
+    if origin is Literal:
+        if any(value == choice and type(value) is type(choice) for choice in typing.get_args(tp)):
+            return value
+        raise NotValid(f"{where}: {value!r} is not one of {typing.get_args(tp)}")
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise NotValid(f"{where}: not a list")
+        return [_as(item, each, f"{where}[{n}]") for n, each in enumerate(value)]
+    if origin is dict:
+        key, item = typing.get_args(tp)
+        if key is not str or not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise NotValid(f"{where}: not a mapping of strings")
+        return {k: _as(item, each, f"{where}.{k}") for k, each in value.items()}
+    if tp is type(None):
+        if value is None:
+            return None
+        raise NotValid(f"{where}: not null")
+    if tp is Any:
+        return value
+    if tp is Path:
+        if isinstance(value, str):
+            return Path(value)
+        raise NotValid(f"{where}: not a path")
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool) and value == value \
+                and value not in (float("inf"), float("-inf")):
+            return float(value)
+        raise NotValid(f"{where}: not a finite number")
+    if tp in (str, int, bool):
+        if type(value) is tp:
+            return value
+        raise NotValid(f"{where}: not a {tp.__name__}")
+    raise NotValid(f"{where}: cannot check a {tp!r}")
+
+
+def _run(func: Callable[[Any], Any], value: Any, where: str) -> Any:
+    try:
+        return func(value)
+    except (ValueError, TypeError, AssertionError) as exc:
+        raise NotValid(f"{where}: {exc}") from None
+
+
+def _check_bounds(bound: Bound, value: Any, where: str) -> None:
+    if value is None:
+        return
+    if bound.min_length is not None and len(value) < bound.min_length:
+        raise NotValid(f"{where}: shorter than {bound.min_length}")
+    if bound.ge is not None and not value >= bound.ge:
+        raise NotValid(f"{where}: below {bound.ge}")
+    if bound.gt is not None and not value > bound.gt:
+        raise NotValid(f"{where}: not above {bound.gt}")
+    if bound.le is not None and not value <= bound.le:
+        raise NotValid(f"{where}: above {bound.le}")
+
+
+# -- pydantic's model of each class (pydantic is imported here only) ------------------------------------
+
+_TWINS: dict[type, type[BaseModel]] = {}
+_PLAIN: dict[type[BaseModel], type[Model]] = {}
+
+
+def twin(cls: type[Model]) -> type[BaseModel]:
+    """The pydantic model of the plain class ``cls``."""
+    found = _TWINS.get(cls)
+    if found is not None:
+        return found
+    from pydantic import ConfigDict, Field, create_model
+
+    fields: dict[str, Any] = {}
+    types_of = hints(cls)
+    for field in dataclasses.fields(cast(Any, cls)):
+        if field.name.startswith("_"):
+            continue
+        if field.default is not dataclasses.MISSING:
+            spec = Field(default=field.default)
+        elif field.default_factory is not dataclasses.MISSING:
+            spec = Field(default_factory=field.default_factory)
+        else:
+            spec = Field()
+        fields[field.name] = (_pydantic_type(types_of[field.name]), spec)
+    model: type[BaseModel] = create_model(
+        cls.__name__, __config__=cast(ConfigDict, dict(cls._config)), __doc__=cls.__doc__, __module__=cls.__module__,
+        **fields)
+    _TWINS[cls] = model
+    _PLAIN[model] = cls
+    return model
+
+
+def _pydantic_type(tp: Any) -> Any:
+    """``tp`` with plain classes replaced by their models and this package's metadata by pydantic's."""
+    origin = typing.get_origin(tp)
+    from pydantic import WrapValidator
+
+    if origin is typing.Annotated:
+        base, *meta = typing.get_args(tp)
+        return Annotated[(_pydantic_type(base), *(_pydantic_meta(item) for item in meta))]
+    if isinstance(tp, type) and issubclass(tp, Model):
+        return Annotated[twin(tp), WrapValidator(_keep_instances_of(tp))]
+    if origin in (typing.Union, types.UnionType):
+        return typing.Union[tuple(_pydantic_type(arg) for arg in typing.get_args(tp))]  # noqa: UP007
+    if origin is list:
+        return types.GenericAlias(list, (_pydantic_type(typing.get_args(tp)[0]),))
+    if origin is dict:
+        key, value = typing.get_args(tp)
+        return types.GenericAlias(dict, (key, _pydantic_type(value)))
+    return tp
+
+
+def _keep_instances_of(cls: type[Model]) -> Callable[[Any, Callable[[Any], Any]], Any]:
+    """An instance of ``cls`` is taken as it is (as pydantic takes a model's instance), anything
+    else is validated by its model."""
+    def keep(value: Any, handler: Callable[[Any], Any]) -> Any:
+        return value if isinstance(value, cls) else handler(value)
+
+    return keep
+
+
+def _pydantic_meta(item: Any) -> Any:
+    from pydantic import AfterValidator, BeforeValidator, Field
+
+    if isinstance(item, Bound):
+        return Field(**cast(Any, item.given()))
+    if isinstance(item, Before):
+        return BeforeValidator(item.func)
+    if isinstance(item, After):
+        return AfterValidator(item.func)
+    return item
+
+
+def validated(cls: type[Model], data: Any) -> dict[str, Any]:
+    """The values of a ``cls`` made from ``data`` (a mapping; plain objects in it are taken as they
+    are), validated by its model: pydantic's ``ValidationError`` when they do not fit."""
+    model = twin(cls).model_validate(data)
+    return {name: _as_plain(getattr(model, name)) for name in type(model).model_fields}
+
+
+def _as_plain(value: Any) -> Any:
+    plain = _PLAIN.get(type(value))
+    if plain is not None:
+        return plain._trusted(**{name: _as_plain(getattr(value, name)) for name in type(value).model_fields})
+    if isinstance(value, list):
+        return [_as_plain(each) for each in value]
+    if isinstance(value, dict):
+        return {key: _as_plain(each) for key, each in value.items()}
+    return value
