@@ -106,6 +106,22 @@ class Model:
         return cast("typing.Self", _as_plain(model))
 
     @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Callable[[Any], Any]) -> Any:
+        """So a pydantic model may hold one of these as a field, as it held the models: an instance
+        is taken as it is, anything else validated by the class's model; dumped as its fields."""
+        from pydantic_core import core_schema
+
+        def keep_or_make(value: Any, validate: Callable[[Any], Any]) -> Any:
+            return value if isinstance(value, cls) else _as_plain(validate(value))
+
+        def dump(value: Model, info: Any) -> dict[str, Any]:
+            return value.model_dump(mode="json" if info.mode_is_json() else "python")
+
+        return core_schema.no_info_wrap_validator_function(
+            keep_or_make, handler(twin(cls)),
+            serialization=core_schema.plain_serializer_function_ser_schema(dump, info_arg=True))
+
+    @classmethod
     def model_json_schema(cls) -> dict[str, Any]:
         """The JSON schema of the class's pydantic model."""
         return twin(cls).model_json_schema()

@@ -99,6 +99,23 @@ def test_the_dump_is_pydantics() -> None:
     assert "jump" in Host.model_fields and Host.model_json_schema()["title"] == "Host"
 
 
+def test_a_pydantic_model_may_hold_one() -> None:
+    from pydantic import BaseModel
+
+    class Holder(BaseModel):
+        host: Host
+        result: CommandResult | None = None
+
+    host = Host(name="a", hostname="h", identity_file=Path("/k"))
+    assert Holder(host=host).host is host
+    made = Holder.model_validate({"host": {"name": "b", "hostname": "h", "port": "23"}})
+    assert made.host == Host(name="b", hostname="h", port=23)
+    assert Holder(host=host).model_dump(mode="json")["host"]["identity_file"] == "/k"
+    assert Holder.model_validate_json(Holder(host=host).model_dump_json()).host == host
+    with pytest.raises(ValidationError):
+        Holder.model_validate({"host": {"name": "", "hostname": "h"}})
+
+
 def test_a_result_made_by_the_session_equals_the_validated_one() -> None:
     values: dict[str, Any] = {
         "command": "true", "output": "x", "exit_code": None, "timed_out": True, "truncated": False,
