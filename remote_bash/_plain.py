@@ -24,12 +24,15 @@ import types
 import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, cast
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, cast
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-__all__ = ["After", "Before", "Bound", "Model", "NotValid", "from_json", "hints", "public_fields", "twin", "validated"]
+_T = TypeVar("_T")
+
+__all__ = ["After", "Before", "Bound", "Model", "NotValid", "factory", "from_json", "hints", "public_fields", "twin",
+           "validated"]
 
 
 class Bound:
@@ -64,6 +67,32 @@ class After:
         self.func = func
 
 
+_MISSING: Any = object()
+
+
+class _Field:
+    __slots__ = ("default", "factory", "name")
+
+    def __init__(self, name: str, default: Any, factory: Callable[[], Any] | None) -> None:
+        self.name, self.default, self.factory = name, default, factory
+
+
+class _Factory:
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
+
+
+def factory(make: Callable[[], _T]) -> _T:
+    """A field's default made anew for each instance (``deny: list[str] = factory(list)``)."""
+    return cast(_T, _Factory(make))
+
+
+_FIELDS: dict[type, tuple[_Field, ...]] = {}
+_PUBLIC: dict[type, tuple[str, ...]] = {}
+
+
 class _TwinFields:
     """``Cls.model_fields``: the fields of the class's pydantic model (built on first use)."""
 
@@ -74,12 +103,51 @@ class _TwinFields:
 class Model:
     """Base of the plain data classes: validated when made in code, frozen, dumped as pydantic dumps.
 
-    Subclasses are ``@dataclasses.dataclass(frozen=True, init=False)``; fields whose names start
-    with ``_`` are private (never validated, dumped or compared when declared ``compare=False``)."""
+    A subclass declares its fields as annotated class attributes, a default as the value
+    (:func:`factory` for a new one per instance); fields whose names start with ``_`` are private:
+    never validated, dumped, compared or shown. Instances are equal when of the same class with
+    equal public fields; setting or deleting a field raises ``dataclasses.FrozenInstanceError``.
+    (Written out rather than made by ``dataclasses``, whose generated methods cost a cold start
+    more than all of this module.)"""
+
 
     _config: ClassVar[dict[str, Any]] = {"extra": "forbid", "frozen": True, "allow_inf_nan": False}
     """pydantic's configuration of the class's model."""
     model_fields: ClassVar[dict[str, Any]] = _TwinFields()  # type: ignore[assignment]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        found = {spec.name: spec for base in reversed(cls.__mro__[1:]) for spec in _FIELDS.get(base, ())}
+        for name, annotation in cls.__dict__.get("__annotations__", {}).items():  # noqa: RUF063 -- own only
+            if str(annotation).startswith(("ClassVar", "typing.ClassVar")):
+                continue
+            default = cls.__dict__.get(name, _MISSING)
+            if isinstance(default, _Factory):
+                delattr(cls, name)
+                found[name] = _Field(name, _MISSING, default.make)
+            else:
+                found[name] = _Field(name, default, None)
+        _FIELDS[cls] = tuple(found.values())
+        _PUBLIC[cls] = tuple(name for name in found if not name.startswith("_"))
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        mine, theirs = self.__dict__, other.__dict__
+        return all(mine[name] == theirs[name] for name in _PUBLIC[self.__class__])
+
+    def __hash__(self) -> int:
+        return hash((self.__class__, *(self.__dict__[name] for name in _PUBLIC[self.__class__])))
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={self.__dict__[name]!r}" for name in _PUBLIC[self.__class__])
+        return f"{self.__class__.__name__}({shown})"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}: a {type(self).__name__} is frozen")
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}: a {type(self).__name__} is frozen")
 
     def __init__(self, **data: Any) -> None:
         _fill(self, validated(type(self), data))
@@ -157,36 +225,22 @@ class Model:
         return made
 
 
-_FIELDS: dict[type, tuple[dataclasses.Field[Any], ...]] = {}
-_PUBLIC: dict[type, tuple[str, ...]] = {}
-
-
-def _fields(cls: type) -> tuple[dataclasses.Field[Any], ...]:
-    found = _FIELDS.get(cls)
-    if found is None:
-        found = _FIELDS[cls] = dataclasses.fields(cls)
-    return found
-
-
 def public_fields(cls: type) -> tuple[str, ...]:
     """The names of ``cls``'s public fields, in order."""
-    found = _PUBLIC.get(cls)
-    if found is None:
-        found = _PUBLIC[cls] = tuple(f.name for f in _fields(cls) if not f.name.startswith("_"))
-    return found
+    return _PUBLIC[cls]
 
 
 def _fill(obj: Model, values: dict[str, Any]) -> None:
     cls = type(obj)
     given = dict(values)
     filled: dict[str, Any] = {}
-    for field in _fields(cls):
+    for field in _FIELDS[cls]:
         if field.name in given:
             filled[field.name] = given.pop(field.name)
-        elif field.default is not dataclasses.MISSING:
+        elif field.default is not _MISSING:
             filled[field.name] = field.default
-        elif field.default_factory is not dataclasses.MISSING:
-            filled[field.name] = field.default_factory()
+        elif field.factory is not None:
+            filled[field.name] = field.factory()
         else:
             raise TypeError(f"{cls.__name__}: no value for {field.name!r}")
     if given:
@@ -330,13 +384,13 @@ def twin(cls: type[Model]) -> type[BaseModel]:
 
     fields: dict[str, Any] = {}
     types_of = hints(cls)
-    for field in dataclasses.fields(cast(Any, cls)):
+    for field in _FIELDS[cls]:
         if field.name.startswith("_"):
             continue
-        if field.default is not dataclasses.MISSING:
+        if field.default is not _MISSING:
             spec = Field(default=field.default)
-        elif field.default_factory is not dataclasses.MISSING:
-            spec = Field(default_factory=field.default_factory)
+        elif field.factory is not None:
+            spec = Field(default_factory=field.factory)
         else:
             spec = Field()
         fields[field.name] = (_pydantic_type(types_of[field.name]), spec)

@@ -24,13 +24,13 @@ import fnmatch
 import os
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from remote_bash._paths import config_dir
-from remote_bash._plain import Model
+from remote_bash._plain import Model, factory
 from remote_bash._regex import PatternError, compile_linear
 from remote_bash._ssh_config import parse_ssh_config, read_ssh_config
 from remote_bash._yaml_lines import (
@@ -64,7 +64,6 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 _GLOB_CHARS = frozenset("*?[")
 
 
-@dataclass(frozen=True, init=False, kw_only=True)
 class Inventory(Model):
     """Every host the inventory file declares, resolved, with its groups."""
 
@@ -72,13 +71,13 @@ class Inventory(Model):
 
     path: Path | None = None
     """The file the inventory was read from; ``None`` when built in code."""
-    hosts: dict[str, Host] = field(default_factory=dict)
+    hosts: dict[str, Host] = factory(dict)
     """Hosts by name, in the order the file lists them."""
-    groups: dict[str, list[str]] = field(default_factory=dict)
+    groups: dict[str, list[str]] = factory(dict)
     """Group name -> sorted names of its member hosts, through ``children`` too."""
-    group_forks: dict[str, int] = field(default_factory=dict)
+    group_forks: dict[str, int] = factory(dict)
     """The ``forks`` a group declares: how many of its hosts fleet commands work on at once."""
-    defaults: dict[str, Any] = field(default_factory=dict)
+    defaults: dict[str, Any] = factory(dict)
     """The ``defaults`` section as written in the file."""
 
     def select(self, pattern: str) -> list[Host]:
@@ -197,7 +196,7 @@ class _Layer:
     file: str
     where: Where
     values: dict[str, Any]
-    places: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    places: Mapping[str, tuple[str, int]] = factory(dict)
     """For a layer read from ssh config: the file and line of each value."""
 
 

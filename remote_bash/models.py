@@ -8,11 +8,10 @@ result) needs no pydantic.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
 
-from remote_bash._plain import After, Before, Bound, Model
+from remote_bash._plain import After, Before, Bound, Model, factory
 
 __all__ = [
     "ApproveRule",
@@ -56,10 +55,8 @@ Number = Annotated[float, Before(_not_a_bool)]
 
 # Model's configuration forbids unknown fields and infinite or NaN numbers (a deadline of .inf
 # would be none).
-_model = dataclass(frozen=True, init=False, kw_only=True)
 
 
-@_model
 class ResourceLimits(Model):
     """ulimit-style limits and a nice level, applied to the remote shell when it starts.
 
@@ -80,7 +77,6 @@ class ResourceLimits(Model):
     """Scheduling niceness of the shell (``renice``); 0 to 19, higher is kinder."""
 
 
-@_model
 class CommandPolicy(Model):
     """A guard rail checked before a command is sent: not the security boundary.
 
@@ -89,7 +85,7 @@ class CommandPolicy(Model):
 
     allow: list[str] | None = None
     """Executables a command may start with; ``None`` allows any executable."""
-    deny: list[str] = field(default_factory=list)
+    deny: list[str] = factory(list)
     """Regular expressions; a command matching any of them is refused."""
     allow_operators: bool = True
     """With an ``allow`` list: whether shell operators (``;``, ``|``, ``&&``, ``$()``, ...) may chain
@@ -111,7 +107,6 @@ def _absolute_patterns(value: list[str] | None) -> list[str] | None:
     return value
 
 
-@_model
 class RegexApproveRule(Model):
     """Ask before a command matching this regular expression is sent."""
 
@@ -119,7 +114,6 @@ class RegexApproveRule(Model):
     """A regular expression searched for in the command text."""
 
 
-@_model
 class WritesOutsideRule(Model):
     """Ask before a command that writes outside these absolute paths is sent."""
 
@@ -178,7 +172,6 @@ class _Origin:
 
     __hash__ = None  # type: ignore[assignment]  # mutable holder, compared only inside a Host
 
-@_model
 class EditPolicy(Model):
     """Where the text editor tool may work on a host, checked before anything is sent.
 
@@ -188,17 +181,16 @@ class EditPolicy(Model):
 
     allow: Annotated[list[str] | None, After(_absolute_patterns)] = None
     """Paths the editor may view or change; ``None`` allows any path not denied."""
-    deny: Annotated[list[str], After(_absolute_patterns)] = field(default_factory=list)
+    deny: Annotated[list[str], After(_absolute_patterns)] = factory(list)
     """Paths the editor may never view or change; deny wins over allow."""
     read_only: bool = False
     """``True`` allows ``view`` only."""
 
 
-@_model
 class Host(Model):
     """One host remote_bash may reach, as the inventory resolved it."""
 
-    _origin: _Origin = field(default_factory=_Origin, repr=False, compare=False)
+    _origin: _Origin = factory(_Origin)
 
     name: Annotated[str, Bound(min_length=1)]
     """The inventory name; what the audit log, the CLI and errors call the host."""
@@ -218,13 +210,13 @@ class Host(Model):
     credential: Literal["auto", "agent", "key", "keyring"] = "auto"
     """Where credentials come from: ``auto`` offers the agent, the key file and a keyring secret if
     one is stored; the others restrict to one source."""
-    jump: list[str] = field(default_factory=list)
+    jump: list[str] = factory(list)
     """Inventory names of hosts to tunnel through, first hop first (like ProxyJump)."""
-    labels: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = factory(dict)
     """Free-form key/value labels, selectable with ``key=value`` patterns."""
-    groups: list[str] = field(default_factory=list)
+    groups: list[str] = factory(list)
     """Groups the host belongs to (filled in by the inventory)."""
-    env: EnvVars = field(default_factory=dict)
+    env: EnvVars = factory(dict)
     """Extra environment exported in the remote shell when it starts."""
     command_timeout: Annotated[Number, Bound(gt=0)] = DEFAULT_TIMEOUT
     """Default deadline of one command, in seconds."""
@@ -236,16 +228,16 @@ class Host(Model):
     """Seconds between SSH keepalives; 0 turns them off. Three unanswered ones drop the connection."""
     output_limit: Annotated[Int, Bound(ge=200)] = DEFAULT_OUTPUT_LIMIT
     """Characters of output kept per command (the start and the end; the middle is cut)."""
-    limits: ResourceLimits = field(default_factory=ResourceLimits._trusted)
+    limits: ResourceLimits = factory(ResourceLimits._trusted)
     """Resource limits applied to the remote shell."""
-    policy: CommandPolicy = field(default_factory=CommandPolicy._trusted)
+    policy: CommandPolicy = factory(CommandPolicy._trusted)
     """The command policy checked before a command is sent."""
-    edit: EditPolicy = field(default_factory=EditPolicy._trusted)
+    edit: EditPolicy = factory(EditPolicy._trusted)
     """Where the text editor tool may view and change files."""
     ssh_config: str | None = None
     """A ``Host`` alias in the user's ``~/.ssh/config`` to take HostName, User, Port, IdentityFile
     and ProxyJump from."""
-    redact: list[str] = field(default_factory=list)
+    redact: list[str] = factory(list)
     """Extra regular expressions whose matches are masked in output and audit records."""
     forks: Annotated[Int | None, Bound(ge=1)] = None
     """Largest number of hosts of this host's groups worked on at once by the fleet commands."""
@@ -271,11 +263,10 @@ def _set_inventory(host: Host, inventory: object) -> None:
     host._origin.inventory = inventory
 
 
-@_model
 class KillReport(Model):
     """What was done to end a command that outran its deadline or was interrupted."""
 
-    signals: list[str] = field(default_factory=list)
+    signals: list[str] = factory(list)
     """Signals sent, in order (``INT``, ``TERM``, ``KILL``)."""
     survivors: int = 0
     """Processes of the command still alive after the last signal (0 is the goal)."""
@@ -291,7 +282,6 @@ class KillReport(Model):
     daemons or another login's): ``survivors`` does not count them."""
 
 
-@_model
 class CommandResult(Model):
     """The outcome of one command run in a session."""
 

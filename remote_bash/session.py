@@ -25,9 +25,9 @@ import contextlib
 import enum
 import functools
 import math
+import os
 import sys
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -257,7 +257,7 @@ class RemoteBashSession:
         off_by_name(audit, "audit", "an AuditSink", lambda v: hasattr(v, "awrite"))
         off_by_name(gate, "gate", "a HostCheck", callable)
         self.host = host
-        self.session_id = uuid.uuid4().hex[:12]
+        self.session_id = os.urandom(6).hex()  # as random as uuid4, whose module loads platform
         self.operator = operator or _operator()
         self.info: RemoteInfo | None = None
         self.state = SessionState.NEW

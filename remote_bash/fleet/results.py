@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, get_args
 
-from remote_bash._plain import Model
+from remote_bash._plain import Model, factory
 
 __all__ = [
     "COORDINATOR",
@@ -51,10 +51,7 @@ class _Model(Model):
     _config: ClassVar[dict[str, Any]] = {"extra": "forbid", "frozen": True}
 
 
-_model = dataclass(frozen=True, init=False, kw_only=True)
 
-
-@_model
 class HostResult(_Model):
     """What happened on one host."""
 
@@ -87,7 +84,6 @@ class HostResult(_Model):
         return self.status == "ok"
 
 
-@_model
 class OutputGroup(_Model):
     """Hosts whose command printed exactly the same text (trailing whitespace aside)."""
 
@@ -98,7 +94,6 @@ class OutputGroup(_Model):
 _EXEC_EXIT_2: frozenset[str] = frozenset({"unreachable", "timed_out", "error", "skipped"})
 
 
-@_model
 class FleetResult(_Model):
     """The outcome of one command across the selected hosts."""
 
@@ -106,7 +101,7 @@ class FleetResult(_Model):
     """The command as sent to every host, with secrets masked."""
     pattern: str
     """The host pattern the hosts were selected with."""
-    results: list[HostResult] = field(default_factory=list)
+    results: list[HostResult] = factory(list)
     """One per selected host, in inventory order."""
     duration: float = 0.0
     """Wall-clock seconds for the whole fan-out."""
@@ -176,7 +171,6 @@ def _first_line(text: str) -> str:
 
 
 
-@_model
 class Conversation(_Model):
     """How one conversation with Claude ended."""
 
@@ -198,7 +192,6 @@ class Conversation(_Model):
     """The text of Claude's last reply."""
 
 
-@_model
 class HostRun(_Model):
     """What a fleet run did on one host."""
 
@@ -232,7 +225,6 @@ class HostRun(_Model):
         return self.status == "ok"
 
 
-@_model
 class FleetRun(_Model):
     """The outcome of a task across the selected hosts."""
 
@@ -242,7 +234,7 @@ class FleetRun(_Model):
     """The host pattern the hosts were selected with."""
     mode: Mode
     """``per-host`` (a conversation per host) or ``coordinator`` (one for all)."""
-    results: list[HostRun] = field(default_factory=list)
+    results: list[HostRun] = factory(list)
     """One per selected host, in inventory order."""
     coordinator: Conversation | None = None
     """The coordinator's conversation; ``None`` per host, or when no host could be reached."""
