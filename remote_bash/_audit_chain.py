@@ -19,11 +19,11 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ._paths import config_dir, open_private, private_dir, write_private
+from ._plain import Record
 from .errors import AuditError, UnsafePath
 
 __all__ = [
@@ -116,8 +116,7 @@ def unseal(line: bytes, key: bytes | None) -> tuple[dict[str, Any] | None, str, 
     return record, "bad", reasons
 
 
-@dataclass(frozen=True)
-class Anchor:
+class Anchor(Record):
     seq: int
     digest: str
     mac: str

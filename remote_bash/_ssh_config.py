@@ -31,10 +31,10 @@ import re
 import shlex
 import socket
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from remote_bash._plain import Record, factory
 from remote_bash._yaml_lines import read_text
 from remote_bash.errors import InventoryError
 
@@ -90,16 +90,15 @@ _NOT_EVALUATED = frozenset(
 _Place = tuple[str, int]
 
 
-@dataclass
-class SshOptions:
+class SshOptions(Record, frozen=False):
     """What an ssh config gives one alias, as Host field names."""
 
-    values: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, Any] = factory(dict)
     """Any of ``hostname``, ``user``, ``port`` (int), ``jump`` (hop names) and ``identity_file``
     (the first IdentityFile, tokens expanded, ``~`` kept)."""
-    places: dict[str, _Place] = field(default_factory=dict)
+    places: dict[str, _Place] = factory(dict)
     """The file and line each value came from."""
-    identity_files: list[tuple[str, _Place]] = field(default_factory=list)
+    identity_files: list[tuple[str, _Place]] = factory(list)
     """Every IdentityFile, in order, with its file and line."""
     matched: bool = False
     """Whether any ``Host`` or ``Match`` block applied to the alias."""

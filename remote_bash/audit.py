@@ -62,7 +62,6 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path, PurePath
 from typing import Any
@@ -86,6 +85,7 @@ from remote_bash._audit_chain import (
     write_key_file,
 )
 from remote_bash._paths import UnsafePath, open_private, private_dir, state_dir
+from remote_bash._plain import Record, factory
 from remote_bash.errors import AuditError, RemoteBashError
 from remote_bash.redact import Redactor
 
@@ -168,17 +168,16 @@ KEY_PLACES = ("the host's audit_key_file in the inventory, or the OS keyring: `r
 """Where the audit key of a host is looked for, for messages."""
 
 
-@dataclass
-class VerifyReport:
+class VerifyReport(Record, frozen=False):
     """What :meth:`AuditLog.verify` found."""
 
     ok: bool
     """True when every record is intact and the chain has no gap."""
     records: int
     """Records read (garbled lines are not counted)."""
-    files: list[Path] = field(default_factory=list)
+    files: list[Path] = factory(list)
     """The files checked, oldest first."""
-    problems: list[str] = field(default_factory=list)
+    problems: list[str] = factory(list)
     """One line per problem, the first bad record first: ``file:line: seq N: what is wrong``."""
     keyed: bool = False
     """True when an audit key checked the MAC of the records: an edit recomputed without the key
@@ -188,7 +187,7 @@ class VerifyReport:
     """The seq of the newest record (records removed from the end are seen only while the head file is kept)."""
     last_ts: str | None = None
     """The time of the newest record."""
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = factory(list)
     """What the check could not establish, in sentences."""
     needs_key: bool = False
     """True when records carry a MAC and no key was given to check them (``ok`` is then False)."""

@@ -21,10 +21,10 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from ._plain import Record
 from ._ssh import Credentials
 from .errors import CredentialError
 from .models import Host
@@ -160,8 +160,7 @@ def _lookup(host_name: str) -> str | None:
     return secret or None
 
 
-@dataclass(frozen=True)
-class StoredSecret:
+class StoredSecret(Record):
     """Where ``set_secret`` put a secret."""
 
     backend: str

@@ -27,11 +27,11 @@ import re
 import secrets
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import terminal
 from ._digest import EMPTY_SHA256, StreamDigest
+from ._plain import Record
 
 if TYPE_CHECKING:
     import concurrent.futures
@@ -118,8 +118,7 @@ class CallToken:
         return cls(os.urandom(12).hex())  # what secrets.token_hex(12) does, without its two calls
 
 
-@dataclass(frozen=True)
-class ShellNames:
+class ShellNames(Record):
     """The per-shell name of the framing function, unguessable so no command collides with it."""
 
     suffix: str
@@ -386,8 +385,7 @@ def init_script(token: CallToken, names: ShellNames, env: dict[str, str], ulimit
             + driver(names))
 
 
-@dataclass
-class ScanResult:
+class ScanResult(Record, frozen=False):
     """What one ``FrameScanner.feed`` found."""
 
     data: bytes

@@ -24,13 +24,12 @@ import fnmatch
 import os
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from remote_bash._paths import config_dir
-from remote_bash._plain import Model, factory
+from remote_bash._plain import Model, Record, factory
 from remote_bash._regex import PatternError, compile_linear
 from remote_bash._ssh_config import parse_ssh_config, read_ssh_config
 from remote_bash._yaml_lines import (
@@ -189,8 +188,7 @@ def default_inventory_path(cli_value: str | None, env: Mapping[str, str]) -> Pat
 # --- resolving the file ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Layer:
+class _Layer(Record):
     """One layer of a host's settings, and where it was written (to point errors at it)."""
 
     file: str

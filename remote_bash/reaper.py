@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+
+from remote_bash._plain import Record, factory
 
 __all__ = ["KillScan", "kill_script", "orphan_script", "parse_kill_output", "uptime_ticks"]
 
@@ -45,8 +46,7 @@ TICKS_PER_SECOND = 100
 """USER_HZ: the unit of process start times in /proc/PID/stat, fixed by the Linux ABI."""
 
 
-@dataclass
-class KillScan:
+class KillScan(Record, frozen=False):
     """What one run of a :func:`kill_script` reported."""
 
     count: int = 0
@@ -55,7 +55,7 @@ class KillScan:
     """The host's clock since boot when the script started, in ticks."""
     cgroup: bool = False
     """True when the shell's login has a cgroup of its own, so that strays were signalled."""
-    strays: list[tuple[int, str]] = field(default_factory=list)
+    strays: list[tuple[int, str]] = factory(list)
     """Strays left alone (no cgroup to tell whose they are): pid and process name."""
     termed: int = 0
     """Of ``count``, on a round of INT: the processes that ignore INT, sent TERM instead."""

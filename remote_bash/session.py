@@ -29,11 +29,11 @@ import os
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from . import _stdin, framing, reaper
+from ._plain import Record
 from ._ssh import Credentials, ShellChannel, SshConnection, connect
 from .access import Gate
 from .errors import (
@@ -83,8 +83,7 @@ class SessionState(enum.Enum):
     CLOSED = "closed"
 
 
-@dataclass(frozen=True)
-class RemoteInfo:
+class RemoteInfo(Record):
     """Facts about the remote side, read when the shell starts."""
 
     shell_pid: int

@@ -190,3 +190,34 @@ def test_a_value_the_model_refuses_is_refused_by_the_check(data: dict[str, Any],
     except NotValid:
         return
     assert Host.model_validate(dumped) == checked
+
+
+def test_a_record_is_made_and_compared_as_a_dataclass_is() -> None:
+    from remote_bash._plain import Record, factory
+
+    class Point(Record):
+        x: int
+        y: int = 0
+
+    class Scan(Record, frozen=False):
+        count: int = 0
+        seen: list[int] = factory(list)
+
+    a, b = Point(1), Point(x=1, y=0)
+    assert a == b and hash(a) == hash(b) and repr(a) == "Point(x=1, y=0)" and a != Point(1, 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.x = 2  # type: ignore[misc]
+    with pytest.raises(TypeError, match="no value for 'x'"):
+        Point()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="twice"):
+        Point(1, x=2)  # type: ignore[misc]
+    with pytest.raises(TypeError, match="no field z"):
+        Point(1, z=3)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="takes 2 values"):
+        Point(1, 2, 4)  # type: ignore[call-arg]
+    scan = Scan()
+    scan.count += 1
+    scan.seen.append(1)
+    assert scan == Scan(1, [1]) and Scan().seen == [] and copy.deepcopy(scan) == scan
+    with pytest.raises(TypeError):
+        hash(scan)

@@ -15,12 +15,12 @@ import os
 import sys
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import asyncssh
 
+from remote_bash._plain import Record
 from remote_bash.errors import ConfigError, ConnectionLost, HostKeyError, KnownHostsMissing
 from remote_bash.models import Host
 
@@ -32,8 +32,7 @@ from .sftp import SftpFiles
 __all__ = ["Credentials", "SshConnection", "connect"]
 
 
-@dataclass(frozen=True)
-class Credentials:
+class Credentials(Record):
     """What to offer a host: keys, their passphrase, a password, and whether to use the agent."""
 
     use_agent: bool = True

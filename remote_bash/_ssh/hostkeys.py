@@ -12,13 +12,13 @@ import functools
 import hashlib
 import os
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import asyncssh
 from asyncssh.public_key import get_default_certificate_algs, get_default_public_key_algs
 
 from remote_bash._paths import open_private, private_dir
+from remote_bash._plain import Record
 from remote_bash.models import Host
 
 __all__ = ["Client", "HostKeyCheck", "append_known_host", "default_known_hosts", "known_hosts_pattern",
@@ -34,8 +34,7 @@ def known_hosts_pattern(host: Host) -> str:
     return host.hostname if host.port == 22 else f"[{host.hostname}]:{host.port}"
 
 
-@dataclass(slots=True)
-class HostKeyCheck:
+class HostKeyCheck(Record, frozen=False):
     """What the configured known_hosts file pins for one host, and the outcome of checking its key.
 
     The pins come from that one file only (never also from the user's own file), matched as

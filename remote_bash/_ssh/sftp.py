@@ -10,10 +10,10 @@ import contextlib
 import posixpath
 import secrets
 import stat as stat_mod
-from dataclasses import dataclass
 
 import asyncssh
 
+from remote_bash._plain import Record
 from remote_bash.errors import RemoteBashError, RemoteFileError
 from remote_bash.models import Host
 
@@ -22,8 +22,7 @@ from .mapping import map_error
 __all__ = ["FileInfo", "SftpFiles"]
 
 
-@dataclass(frozen=True)
-class FileInfo:
+class FileInfo(Record):
     """What a path is on the host, symbolic links followed."""
 
     path: str

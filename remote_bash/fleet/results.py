@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, get_args
 
-from remote_bash._plain import Model, factory
+from remote_bash._plain import Model, Record, factory
 
 __all__ = [
     "COORDINATOR",
@@ -146,8 +145,7 @@ class FleetResult(_Model):
         return json.dumps(data, indent=indent, ensure_ascii=False)
 
 
-@dataclass(frozen=True)
-class FleetProgress:
+class FleetProgress(Record):
     """A snapshot for a live display, sent when a host starts and when it ends."""
 
     total: int
