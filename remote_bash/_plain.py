@@ -19,7 +19,10 @@ The classes keep pydantic's reading methods (``model_dump``, ``model_copy``, ``m
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+import sys
 import types
 import typing
 from collections.abc import Callable
@@ -328,101 +331,193 @@ _HINTS: dict[type, dict[str, Any]] = {}
 
 
 def hints(cls: type) -> dict[str, Any]:
-    """The resolved field types of ``cls``, metadata included."""
+    """The resolved field types of ``cls``'s fields, metadata included (its annotations evaluated
+    in its module, as ``typing.get_type_hints`` would, for the fields only)."""
     found = _HINTS.get(cls)
     if found is None:
-        found = _HINTS[cls] = typing.get_type_hints(cls, include_extras=True)
+        names = {spec.name for spec in _FIELDS[cls]}
+        found = {}
+        for klass in reversed(cls.__mro__):
+            module = vars(sys.modules[klass.__module__])
+            for name, annotation in klass.__dict__.get("__annotations__", {}).items():  # noqa: RUF063 -- own only
+                if name in names:
+                    # The class's own annotation text, evaluated as typing evaluates it.
+                    found[name] = (eval(annotation, module, dict(vars(klass)))  # noqa: S307
+                                   if isinstance(annotation, str) else annotation)
+        _HINTS[cls] = found
     return found
+
+
+_Check = Callable[[Any], Any]
+_CHECKS: dict[Any, _Check] = {}
 
 
 def from_json(cls: type[Model], data: Any) -> Any:
     """``data``, a dump of ``cls`` in JSON mode, checked against its declarations and made into
     an instance; :class:`NotValid` names the first thing that does not match."""
-    return _as(cls, data, cls.__name__)
+    return _check_of(cls)(data)
 
 
-def _as(tp: Any, value: Any, where: str) -> Any:
+def _check_of(tp: Any) -> _Check:
+    """The function that checks a JSON value against the type ``tp`` and gives the value it stands
+    for (made once per type: a cached inventory's hosts are checked at every start)."""
+    try:
+        return _CHECKS[tp]
+    except (KeyError, TypeError):  # TypeError: an unhashable Annotated metadata; made anew
+        pass
+    check = _make_check(tp)
+    with contextlib.suppress(TypeError):
+        _CHECKS[tp] = check
+    return check
+
+
+def _make_check(tp: Any) -> _Check:
     origin = typing.get_origin(tp)
     if origin is typing.Annotated:
         base, *meta = typing.get_args(tp)
         for item in meta:
-            if isinstance(item, Before):
-                value = _run(item.func, value, where)
-        value = _as(base, value, where)
-        for item in meta:
-            if isinstance(item, Bound):
-                _check_bounds(item, value, where)
-            elif isinstance(item, After):
-                value = _run(item.func, value, where)
-            elif not isinstance(item, Before):
-                raise NotValid(f"{where}: unknown metadata {item!r}")
-        return value
-    if isinstance(tp, type) and issubclass(tp, Model):
-        if not isinstance(value, dict) or set(value) != set(public_fields(tp)):
-            raise NotValid(f"{where}: not the fields of {tp.__name__}")
-        types_of = hints(tp)
-        return tp._trusted(**{name: _as(types_of[name], value[name], f"{where}.{name}") for name in public_fields(tp)})
-    if origin in (typing.Union, types.UnionType):
-        for option in typing.get_args(tp):
-            try:
-                return _as(option, value, where)
-            except NotValid:
-                continue
-        raise NotValid(f"{where}: {value!r} matches none of {tp}")
-    if origin is Literal:
-        if any(value == choice and type(value) is type(choice) for choice in typing.get_args(tp)):
+            if not isinstance(item, Before | Bound | After):
+                raise NotValid(f"unknown metadata {item!r}")
+        before = [item.func for item in meta if isinstance(item, Before)]
+        after = [item for item in meta if isinstance(item, Bound | After)]
+        inner = _check_of(base)
+
+        def annotated(value: Any) -> Any:
+            for func in before:
+                value = _run(func, value)
+            value = inner(value)
+            for item in after:
+                if isinstance(item, Bound):
+                    _check_bounds(item, value)
+                else:
+                    value = _run(item.func, value)
             return value
-        raise NotValid(f"{where}: {value!r} is not one of {typing.get_args(tp)}")
+
+        return annotated
+    if isinstance(tp, type) and issubclass(tp, Model):
+        return _model_check(tp)
+    if origin in (typing.Union, types.UnionType):
+        options = [_check_of(option) for option in typing.get_args(tp)]
+
+        def union(value: Any) -> Any:
+            for option in options:
+                try:
+                    return option(value)
+                except NotValid:
+                    continue
+            raise NotValid(f"{value!r} matches none of {tp}")
+
+        return union
+    if origin is Literal:
+        choices = [(choice, type(choice)) for choice in typing.get_args(tp)]
+
+        def literal(value: Any) -> Any:
+            if any(value == choice and type(value) is kind for choice, kind in choices):
+                return value
+            raise NotValid(f"{value!r} is not one of {[c for c, _ in choices]}")
+
+        return literal
     if origin is list:
-        (item,) = typing.get_args(tp)
-        if not isinstance(value, list):
-            raise NotValid(f"{where}: not a list")
-        return [_as(item, each, f"{where}[{n}]") for n, each in enumerate(value)]
+        item_check = _check_of(typing.get_args(tp)[0])
+
+        def a_list(value: Any) -> Any:
+            if type(value) is not list:
+                raise NotValid("not a list")
+            return [item_check(each) for each in value]
+
+        return a_list
     if origin is dict:
         key, item = typing.get_args(tp)
-        if key is not str or not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-            raise NotValid(f"{where}: not a mapping of strings")
-        return {k: _as(item, each, f"{where}.{k}") for k, each in value.items()}
-    if tp is type(None):
-        if value is None:
-            return None
-        raise NotValid(f"{where}: not null")
+        if key is not str:
+            raise NotValid(f"cannot check keys of {key!r}")
+        value_check = _check_of(item)
+
+        def a_dict(value: Any) -> Any:
+            if type(value) is not dict or not all(type(k) is str for k in value):
+                raise NotValid("not a mapping of strings")
+            return {k: value_check(each) for k, each in value.items()}
+
+        return a_dict
+    if tp is type(None) or tp is None:
+        return _none
     if tp is Any:
-        return value
+        return _anything
     if tp is Path:
-        if isinstance(value, str):
-            return Path(value)
-        raise NotValid(f"{where}: not a path")
+        return _path
     if tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool) and value == value \
-                and value not in (float("inf"), float("-inf")):
-            return float(value)
-        raise NotValid(f"{where}: not a finite number")
+        return _float
     if tp in (str, int, bool):
-        if type(value) is tp:
-            return value
-        raise NotValid(f"{where}: not a {tp.__name__}")
-    raise NotValid(f"{where}: cannot check a {tp!r}")
+        return functools.partial(_exactly, tp)
+    raise NotValid(f"cannot check a {tp!r}")
 
 
-def _run(func: Callable[[Any], Any], value: Any, where: str) -> Any:
+def _model_check(cls: type[Model]) -> _Check:
+    names = public_fields(cls)
+    wanted = set(names)
+    checks: list[tuple[str, _Check]] = []
+
+    def model(value: Any) -> Any:
+        if not checks:  # made at the first use: a class may refer to one declared after it
+            types_of = hints(cls)
+            checks.extend((name, _check_of(types_of[name])) for name in names)
+        if type(value) is not dict or value.keys() != wanted:
+            raise NotValid(f"not the fields of {cls.__name__}")
+        values = {}
+        for name, check in checks:
+            try:
+                values[name] = check(value[name])
+            except NotValid as exc:
+                raise NotValid(f"{cls.__name__}.{name}: {exc}") from None
+        return cls._trusted(**values)
+
+    return model
+
+
+def _none(value: Any) -> None:
+    if value is not None:
+        raise NotValid("not null")
+
+
+def _anything(value: Any) -> Any:
+    return value
+
+
+def _path(value: Any) -> Path:
+    if type(value) is not str:
+        raise NotValid("not a path")
+    return Path(value)
+
+
+def _float(value: Any) -> float:
+    if type(value) not in (int, float) or value != value or value in (float("inf"), float("-inf")):
+        raise NotValid("not a finite number")
+    return float(value)
+
+
+def _exactly(kind: type, value: Any) -> Any:
+    if type(value) is not kind:
+        raise NotValid(f"not a {kind.__name__}")
+    return value
+
+
+def _run(func: Callable[[Any], Any], value: Any) -> Any:
     try:
         return func(value)
     except (ValueError, TypeError, AssertionError) as exc:
-        raise NotValid(f"{where}: {exc}") from None
+        raise NotValid(str(exc)) from None
 
 
-def _check_bounds(bound: Bound, value: Any, where: str) -> None:
+def _check_bounds(bound: Bound, value: Any) -> None:
     if value is None:
         return
     if bound.min_length is not None and len(value) < bound.min_length:
-        raise NotValid(f"{where}: shorter than {bound.min_length}")
+        raise NotValid(f"shorter than {bound.min_length}")
     if bound.ge is not None and not value >= bound.ge:
-        raise NotValid(f"{where}: below {bound.ge}")
+        raise NotValid(f"below {bound.ge}")
     if bound.gt is not None and not value > bound.gt:
-        raise NotValid(f"{where}: not above {bound.gt}")
+        raise NotValid(f"not above {bound.gt}")
     if bound.le is not None and not value <= bound.le:
-        raise NotValid(f"{where}: above {bound.le}")
+        raise NotValid(f"above {bound.le}")
 
 
 # -- pydantic's model of each class (pydantic is imported here only) ------------------------------------
