@@ -385,18 +385,34 @@ def init_script(token: CallToken, names: ShellNames, env: dict[str, str], ulimit
             + driver(names))
 
 
-class ScanResult(Record, frozen=False):
-    """What one ``FrameScanner.feed`` found."""
+class ScanResult:
+    """What one ``FrameScanner.feed`` found (made for every chunk of output: a plain class with
+    slots, the cheapest to make)."""
 
-    data: bytes
-    """Output bytes of the call (everything before the sentinel)."""
-    done: bool = False
-    status: int | None = None
-    rest: bytes = b""
-    """Bytes after the sentinel: output of background jobs, kept for the next call."""
-    restart: bool = False
-    """The shell left its driver loop (an abort, or a command's ``break`` of many levels): the next
-    frame must bring the driver again."""
+    __slots__ = ("data", "done", "rest", "restart", "status")
+
+    def __init__(self, data: bytes, done: bool = False, status: int | None = None, rest: bytes = b"",
+                 restart: bool = False) -> None:
+        self.data = data
+        """Output bytes of the call (everything before the sentinel)."""
+        self.done = done
+        self.status = status
+        self.rest = rest
+        """Bytes after the sentinel: output of background jobs, kept for the next call."""
+        self.restart = restart
+        """The shell left its driver loop (an abort, or a command's ``break`` of many levels): the
+        next frame must bring the driver again."""
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ScanResult):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as before
+
+    def __repr__(self) -> str:
+        return f"ScanResult(data={self.data!r}, done={self.done}, status={self.status}, rest={self.rest!r}, " \
+               f"restart={self.restart})"
 
 
 class FrameScanner:
