@@ -207,8 +207,8 @@ def _strings(value: Any, kind: type) -> dict[str, Any]:
     if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
         raise NotValid("not a mapping of strings")
     for each in value.values():
-        if kind is int and (type(each) is not int):
-            raise NotValid("not a number")
+        if kind is int and (type(each) is not int or each < 1):
+            raise NotValid("not a number of hosts at once (1 or more)")
         if kind is list and not (isinstance(each, list) and all(isinstance(name, str) for name in each)):
             raise NotValid("not a list of names")
     return value
@@ -246,6 +246,8 @@ def _consistent(inventory: Inventory) -> bool:
         return False
     if any(group not in groups for group in inventory.group_forks):
         return False
+    if any(host.credential == "key" and host.identity_file is None for host in hosts.values()):
+        return False  # the file's reader refuses it
     try:
         TopologicalSorter({name: host.jump for name, host in hosts.items()}).prepare()
     except CycleError:

@@ -13,6 +13,7 @@ PyYAML is loaded at the first parse, not at import: a command whose inventory co
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -74,6 +75,13 @@ def decode_text(data: bytes, file: Path, what: str) -> str:
         raise InventoryError(f"{what} is not UTF-8 text", path=str(file), line=line) from None
 
 
+_INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+# YAML 1.1's integers and floats that are not plain decimal: 012 (octal, 10), 0x1F, 0b101, 0o17,
+# 1:30 (base 60, 90) and 1_000. Read silently they would put 10 where the file shows 012.
+_UNCLEAR_NUMBER = re.compile(r"^[-+]?(?:0[0-9_]|0[xXbBoO]|[0-9_]*_)|:")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 @functools.cache
 def _loader_class() -> type[yaml.SafeLoader]:
     import yaml
@@ -125,10 +133,19 @@ class _Tree:
         if len(where) > _MAX_DEPTH:
             raise self.fail("the document is nested too deeply", where, node)
         if isinstance(node, yaml.ScalarNode):
+            if node.style is None and node.tag in (_INT, _FLOAT) and _UNCLEAR_NUMBER.search(node.value):
+                raise self.fail(
+                    f"{node.value} is a number in a form YAML reads differently from its text (octal, hex, "
+                    f"binary, base 60 or with '_'): quote it ('{node.value}') to mean the text, or write the "
+                    "number in plain decimal", where, node)
             try:
-                return self.loader.construct_object(node)
+                value = self.loader.construct_object(node)
             except yaml.YAMLError as exc:
                 raise self.fail(f"bad YAML value: {getattr(exc, 'problem', exc)}", where, node) from None
+            if isinstance(value, str) and _SURROGATE.search(value):
+                raise self.fail("a lone surrogate escape (\\ud800-\\udfff) is not text; write the character itself",
+                                where, node)
+            return value
         if id(node) in self._open:
             raise self.fail("an alias refers to a node that contains it", where, node)
         self._open.add(id(node))

@@ -169,6 +169,30 @@ def test_numbers_in_env_and_labels_are_strings_but_booleans_are_errors(tmp_path:
     assert "expected a string, got true" in str(error)
 
 
+@pytest.mark.parametrize(("value", "field"), [
+    ("012", "env.A"), ("0x1F", "env.A"), ("0b101", "env.A"), ("1:30", "env.A"), ("1_000", "env.A"),
+    ("017", "port"), ("0x16", "port"), ("02134", "labels.zip"),
+])
+def test_a_number_yaml_reads_unlike_its_text_is_an_error_not_another_value(
+        tmp_path: Path, value: str, field: str) -> None:
+    """YAML 1.1 reads 012 as 10 and 1:30 as 90: a setting would silently differ from the file's text."""
+    key, _, sub = field.partition(".")
+    text = f"hosts:\n  a:\n    {key}: {value}\n" if not sub else f"hosts:\n  a:\n    {key}:\n      {sub}: {value}\n"
+    error = load_error(tmp_path, text)
+    assert (error.field, error.line) == (f"hosts.a.{field}", 3 if not sub else 4)
+    assert f"quote it ('{value}')" in str(error)
+    if sub:  # quoted, it is the text
+        quoted = load_inventory(write(tmp_path, text.replace(f": {value}", f": '{value}'")))
+        assert getattr(quoted.hosts["a"], key)[sub] == value
+
+
+@pytest.mark.parametrize("field", ["policy: {deny: ['x\\ud800']}", "redact: ['\\udfff']", "env: {A: 'x\\ud800'}",
+                                   "identity_file: '/k\\ud800'"])
+def test_a_lone_surrogate_escape_is_an_error_naming_its_line(tmp_path: Path, field: str) -> None:
+    error = load_error(tmp_path, f'hosts:\n  b: {{}}\n  a:\n    {field.replace(chr(39), chr(34))}\n')
+    assert error.line == 4 and "lone surrogate" in str(error) and str(error.field).startswith("hosts.a.")
+
+
 def test_hostname_defaults_to_the_name_and_null_entries_are_empty(tmp_path: Path) -> None:
     inv = load_inventory(write(tmp_path, "hosts:\n  box.lan:\n"))
     assert inv.hosts["box.lan"].hostname == "box.lan"
