@@ -186,9 +186,10 @@ _SLASH_SEP = (
 an equals sign, or any separator after a key in double quotes, or in single quotes before a quoted
 value. A colon after a bare path (or one in single quotes) is what an error message writes after a
 file's name (``cat: /etc/passwd: No such file``, ``ls: cannot access '/srv/token': ...``): not a key."""
-_PATH = r"(?<![A-Za-z0-9_./~-])(?:[A-Za-z0-9_.-]++/)++"
-"""The folders of a relative path before a keyword (``db/``, ``secret/data/db/``), from the start of
-its word: tried once per word, each folder read once."""
+_PATH = r"""(?m:^)[ \t]*+(?:-[ \t]++)?["']?(?:[A-Za-z0-9_.-]++/)++"""
+"""The folders of a relative path before a keyword (``db/``, ``secret/data/db/``) at the start of a line
+(after its indentation and a YAML list's ``-``), where YAML writes a key: tried once per line, each
+folder read once."""
 _PATH_SEP = rf"""["']?{_BLANK}*[:\uff1a](?={_BLANK}|\n){_BLANK}*"""
 """The separator of YAML's ``db/password: x``: a colon and a blank (or the end of the line, its value
 being on the next); a colon with no blank after a path is a path's (``-v ./password:/run/password``)."""
@@ -198,9 +199,14 @@ def _keyed(keyword: str, slashed: str, value: str = _VALUE) -> str:
     """A key ending in ``keyword`` and its value, the text of an XML element named by it, or a sibling
     value; an element named by it that starts with ``<``; or a key whose keyword follows a ``/``
     (``slashed``, the same keyword after that ``/``), with a separator of ``_SLASH_SEP``, or after
-    the folders of a relative path (``_PATH``) with a colon and a blank."""
-    return (rf"(?:(?:{keyword}{_SEP}|{slashed}{_SLASH_SEP}|{_PATH}{slashed}{_PATH_SEP}){value}"
-            rf"|{keyword}(?:{_XML}|{_SIBLING})|<{_TAG_PREFIX}{keyword}{_XML_TAG})")
+    the folders of a relative path at a line's start (``_PATH``) with a colon and a blank.
+
+    The three kinds of key share one ``value`` (a group name may appear once in an expression), and
+    the keyword is tried once at each place: an element's text or a sibling value sets ``v0``, after
+    which no separated value follows (a line with a keyword is matched at every one of its places,
+    so each branch tried there counts)."""
+    return (rf"(?:(?:{keyword}(?:{_SEP}|(?:{_XML}|{_SIBLING})(?P<v0>))|{slashed}{_SLASH_SEP}"
+            rf"|{_PATH}{slashed}{_PATH_SEP})(?(v0)|{value})|<{_TAG_PREFIX}{keyword}{_XML_TAG})")
 
 
 _ASSIGNED = ("v1", "v2", "v23", "v24", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12",

@@ -120,8 +120,9 @@ class _Expressions:
 def _expressions(rules: Sequence[_Rule]) -> _Expressions:
     """The trigger of ``rules`` and the parts of their combined expression."""
     triggers = [trigger for rule in rules for trigger in rule.triggers]
-    parts = tuple(f"(?:{rule.pattern.replace('(?P<v', f'(?P<r{index}v')})(?P<r{index}>)"
-                  for index, rule in enumerate(rules))
+    # A group is renamed where it is defined and where a condition tests it (``(?(v0)...)``).
+    parts = tuple(f"(?:{rule.pattern.replace('(?P<v', f'(?P<r{index}v').replace('(?(v', f'(?(r{index}v')})"
+                  f"(?P<r{index}>)" for index, rule in enumerate(rules))
     of: dict[str, list[int]] = {}
     for index, rule in enumerate(rules):
         for trigger in rule.triggers:

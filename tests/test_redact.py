@@ -405,7 +405,7 @@ SECRET_FRAGMENTS = [
     '<token\n a="1">pw0rd9',
     '{"name":"DB_PASSWORD","value":"pw0rd9"}',
     "- name: DB_PASSWORD\n  value: pw0rd9",
-    "db/password: pw0rd9",
+    "\n  db/password: pw0rd9",
     '"/prod/db/password": "pw0rd9"',
     "DB/PASSWORD=pw0rd9",
     "password: [pw0rd9, x]",
@@ -1028,10 +1028,12 @@ def _whole_and_streamed(text: str) -> str:
     ("app/token:\n  S3cret\n", "app/token:\n  [REDACTED:token]\n"),
     ("  ../x/client_secret: S3cret # c", "  ../x/client_secret: [REDACTED:secret] # c"),
     ("db/pwd: S3cret", "db/pwd: [REDACTED:password]"),
+    ("  - db/password: S3cret", "  - db/password: [REDACTED:password]"),
 ])
 def test_a_keyword_after_a_slash_in_a_key_is_a_key(text: str, shown: str) -> None:
     """A key may be a path (a vault or parameter store's ``db/password``): after a ``/``, the keyword
-    is a key before an equals sign, after a quoted path, or after a relative path with ``: ``."""
+    is a key before an equals sign, after a quoted path, or after a relative path at a line's start
+    (as YAML writes a key) with ``: ``."""
     assert _whole_and_streamed(text) == shown
 
 
@@ -1089,6 +1091,7 @@ PROC_STATUS = (
     "/usr/share/doc/password-store/README.md\n/usr/share/doc/password-store/\n",
     "open /run/secrets/token: no such file or directory",
     "ls: cannot access '/srv/app/password': No such file or directory",
+    "cat: app/password: No such file or directory",
     "docker run -v ./password:/run/password:ro -v /etc/token:/token img",
     "GET /api/v1/users/42/password HTTP/1.1 200 (12 ms)",
     "2026-12-01T23:00:01Z INFO worker[31]: job 17 done in 0.42s, 3 retries, queue=default",
