@@ -55,6 +55,8 @@ _RULE_SAMPLES = (
     "-H 'Authorization: AWS4-HMAC-SHA256 Credential=A/x, Signature=abc'", '<add key="DbPassword" value="x"/>',
     '<entry key="password">x</entry>', '{"name":"DB_PASSWORD","value":"x"}', "- name: DB_PASSWORD\n  value: x\n",
     "<db_password >\n\n  x</db_password>", '<password\n a="1">x', "<token><![CDATA[\nx]]>",
+    "db/password: x", '"/prod/db/password": "x"', "DB/PASSWORD=x", 'password: ["a", [b], c]', '"--password" x',
+    '"--password=a b"', "hooks.slack.com:443/services/T0/B0/XXXXXXXX", "hooks.slack.com\\/services\\/T0\\/B0\\/XXXX",
 )
 """One sample per built-in rule (and a known secret): their prefixes, repeated, are the adversarial input."""
 _BACKTRACKERS = (r"(x+x+)+y", r"(x|x)*y", r"(x*)*y", r"(?:x+){1,20}y")

@@ -100,9 +100,16 @@ _PLAIN = rf"""[^\s,;\\\u00a0\u2000-\u200d\u2060\u3000\ufeff-]+|\\[^\n]?|{_DASH}|
 are part of it (``it's``, ``salt & pepper``)."""
 _GAP = "[ \t\u00a0\u2000-\u200d\u2060\u3000\ufeff]"
 """What stands between the words of such a value: a blank, as around a separator, but not ``\r``."""
+_LIST = (
+    r"""\[(?!REDACTED:)(?=[ \t]*+[^\s\]])(?P<v24>(?:[^\]\["'\\\n]++|"(?:[^"\\\n]++|\\[^\n]?)*+"?"""
+    r"""|'(?:[^'\n]++|'')*+'?|\\[^\n]?|\[[^\]\n]*+\]?)++)"""
+)
+"""A YAML flow sequence or a JSON array (``password: [a, b]``, ``"passwords": ["a", "b"]``): all it
+holds is masked, to its closing ``]`` (one that stands inside a quoted item or closes an inner list
+does not end it) or to the end of the line. Never a mask (``[REDACTED:...]``), nor an empty list."""
 _VALUE = (
     rf"""(?:{_NEXT_LINE}|{_YAML_PROPS}(?:(?i:bearer|basic)[ \t]+)?"""
-    rf"""(?:"(?P<v1>(?:[^"\\\n-]+|\\[^\n]?|{_DASH}|"")+)"?"""
+    rf"""(?:{_LIST}|"(?P<v1>(?:[^"\\\n-]+|\\[^\n]?|{_DASH}|"")+)"?"""
     rf"""|\$?'(?P<v2>(?:[^'\\\n-]+|\\[^\n]?|{_DASH}|'\\''|'')+)'?"""
     rf"""|(?<={_BLANK})(?P<v23>(?![{{\[#"'])(?:{_PLAIN})+"""
     rf"""(?:{_GAP}++(?![#\s])(?![^\s=:]*+{_GAP}*+[=:])(?:{_PLAIN})+)*+)"""
@@ -156,11 +163,6 @@ the rules that reach over a newline to a value: the stream holds a line that end
 (``_XOPEN_END``) or in a keyword (``_NAME_END``) until the next one is complete."""
 
 
-def _keyed(keyword: str, assign: str) -> str:
-    """A key ending in ``keyword`` and its value, or an element named by it that starts with ``<``."""
-    return rf"(?:{keyword}{assign}|<{_TAG_PREFIX}{keyword}{_XML_TAG})"
-
-
 _SIBLING = (
     r"""["'](?:[ \t]+(?i:value)[ \t]*=[ \t]*(?:"(?P<v8>[^"\n]++)"?|'(?P<v9>[^'\n]++)'?)"""
     r"""|[ \t]*>(?P<v10>[^<>\n]++)(?=</))"""
@@ -176,9 +178,38 @@ value="x"/>``) or its text (``<entry key="password">x</entry>``, up to a closing
 "value": "x"}``), or a YAML ``value:`` on the next, indented line (a Kubernetes container's
 ``- name: DB_PASSWORD``). The last is the third rule that reaches over a newline: the stream holds a
 line that ends in a keyword until the next one is complete (``_NAME_END``)."""
-_ASSIGN = rf"(?:{_SEP}{_VALUE}|{_XML}|{_SIBLING})"
-"""A separator and a value, the text of an XML element named by the key, or a sibling value."""
-_ASSIGNED = ("v1", "v2", "v23", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12",
+_SEPARATORS = r"(?:=>|:=|==|[:=\uff1a\uff1d])"
+_SLASH_SEP = (
+    rf"""(?:{_BLANK}*(?:=>|:=|==|[=\uff1d])|"{_BLANK}*{_SEPARATORS}|'{_BLANK}*{_SEPARATORS}(?={_BLANK}*\$?["'])){_BLANK}*"""
+)
+"""The separator after a key whose keyword follows a ``/`` (``DB/PASSWORD=x``, ``"/prod/db/password": "x"``):
+an equals sign, or any separator after a key in double quotes, or in single quotes before a quoted
+value. A colon after a bare path (or one in single quotes) is what an error message writes after a
+file's name (``cat: /etc/passwd: No such file``, ``ls: cannot access '/srv/token': ...``): not a key."""
+_PATH = r"""(?m:^)[ \t]*+(?:-[ \t]++)?["']?(?:[A-Za-z0-9_.-]++/)++"""
+"""The folders of a relative path before a keyword (``db/``, ``secret/data/db/``) at the start of a line
+(after its indentation and a YAML list's ``-``), where YAML writes a key: tried once per line, each
+folder read once."""
+_PATH_SEP = rf"""["']?{_BLANK}*[:\uff1a](?={_BLANK}|\n){_BLANK}*"""
+"""The separator of YAML's ``db/password: x``: a colon and a blank (or the end of the line, its value
+being on the next); a colon with no blank after a path is a path's (``-v ./password:/run/password``)."""
+
+
+def _keyed(keyword: str, slashed: str, value: str = _VALUE) -> str:
+    """A key ending in ``keyword`` and its value, the text of an XML element named by it, or a sibling
+    value; an element named by it that starts with ``<``; or a key whose keyword follows a ``/``
+    (``slashed``, the same keyword after that ``/``), with a separator of ``_SLASH_SEP``, or after
+    the folders of a relative path at a line's start (``_PATH``) with a colon and a blank.
+
+    The three kinds of key share one ``value`` (a group name may appear once in an expression), and
+    the keyword is tried once at each place: an element's text or a sibling value sets ``v0``, after
+    which no separated value follows (a line with a keyword is matched at every one of its places,
+    so each branch tried there counts)."""
+    return (rf"(?:(?:{keyword}(?:{_SEP}|(?:{_XML}|{_SIBLING})(?P<v0>))|{slashed}{_SLASH_SEP}"
+            rf"|{_PATH}{slashed}{_PATH_SEP})(?(v0)|{value})|<{_TAG_PREFIX}{keyword}{_XML_TAG})")
+
+
+_ASSIGNED = ("v1", "v2", "v23", "v24", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12",
              "v16", "v17", "v18", "v19", "v20", "v21", "v22")
 _FLAG_VALUE = (
     r"""(?:"(?P<v1>(?:[^"\\\n]+|\\[^\n]?)+)"?|\$?'(?P<v2>(?:[^'\\\n]+|\\[^\n]?|'\\'')+)'?"""
@@ -221,11 +252,19 @@ def _option(keyword: str) -> str:
     """A long option whose name ends in ``keyword`` (``--db-password``), then its value after a
     space. A name that goes on past the keyword (``--password-stdin``, ``--token-file``) is not one:
     the name's parts are read once, possessively, so a keyword of two parts names its last one
-    after a lookbehind (``(?<=-api-)key``)."""
-    return rf"-(?<![A-Za-z0-9-]-)-(?:[A-Za-z0-9]+-)*+(?i:{keyword})[ \t]+(?!-){_FLAG_VALUE}"
+    after a lookbehind (``(?<=-api-)key``).
+
+    The name may be quoted (``"--password" x``, ``'--token' x``); quoted with its value
+    (``"--password=a b"``), the value is one word to the closing quote, blanks and all."""
+    name = rf"-(?:[A-Za-z0-9]+-)*+(?i:{keyword})"
+    return (rf"""-(?<![A-Za-z0-9-]-){name}["']?[ \t]+(?!-){_FLAG_VALUE}"""
+            rf"""|"-{name}=(?P<v25>(?:[^"\\\n]++|\\[^\n]?)++)"?"""
+            rf"""|'-{name}=(?P<v26>(?:[^'\\\n]++|\\[^\n]?|'\\'')++)'?""")
 
 
-_FLAG_GROUPS = ("v1", "v2", "v3")
+_QUOTED_OPTION_GROUPS = ("v25", "v26")
+"""The value of an option quoted with its name: to the closing ``"``, to the closing ``'``."""
+_FLAG_GROUPS = ("v1", "v2", "v3", *_QUOTED_OPTION_GROUPS)
 _AUTH_HEAD = (
     r"""(?i:uthorization)["']?[ \t]*[:=][ \t]*["']?(?!(?i:basic|bearer)[ \t])(?:[A-Za-z][A-Za-z0-9._-]{0,30}[ \t]+)?"""
 )
@@ -256,8 +295,11 @@ _RULES: tuple[_Rule, ...] = (
     ),
     # Bot, user and app tokens (xoxb-, xoxp-, xapp-1-...), and the secret path of a webhook URL.
     _Rule("slack-token", _token("x", rf"(?:ox[baprs]|app)-(?:[A-Za-z0-9]|{_DASH}){{10,}}"), (r"xox[baprs]-", "xapp-")),
-    _Rule("slack-webhook", r"k(?<=hooks\.slack)\.com/(?:services|workflows|triggers)/(?P<v1>[A-Za-z0-9_/-]{8,})",
-          (r"k(?<=hooks\.slack)\.com/",), ("v1",)),
+    # A port may stand after the host (hooks.slack.com:443), and JSON may write each slash as "\/".
+    _Rule("slack-webhook",
+          r"k(?<=hooks\.slack)\.com(?::[0-9]{1,5})?\\?/(?:services|workflows|triggers)\\?/"
+          r"(?P<v1>(?:[A-Za-z0-9_/-]|\\/){8,})",
+          (r"k(?<=hooks\.slack)\.com[:/\\]",), ("v1",)),
     _Rule("anthropic-api-key", _token("s", rf"k-ant-{_WORD}{{20,}}"), (r"k(?<=sk)-",)),
     # Secret and restricted keys, live and test, and webhook signing secrets.
     _Rule("stripe-key", _token("[sr]", r"k_(?:live|test)_[A-Za-z0-9]{10,}"), (r"k(?<=[sr]k)_(?:live|test)_",)),
@@ -314,17 +356,19 @@ _RULES: tuple[_Rule, ...] = (
     # JSON ("SecretAccessKey": "..." from aws sts, "private_key": "..." of a service account).
     _Rule(
         "aws-secret-access-key",
-        _keyed(r"[Ss](?<!/[Ss])(?i:ecret_?access_?key)", _ASSIGN),
+        _keyed(r"[Ss](?<!/[Ss])(?i:ecret_?access_?key)", r"[Ss](?<=/[Ss])(?i:ecret_?access_?key)"),
         _either_case("c", "(?<=(?i:sec))(?i:ret)"),
         _ASSIGNED,
     ),
     # A key with the keyword in it (DB_PASSWORD, MY_PASSWD_ROOT, pass, MYSQL_PWD, SSHPASS), but not
     # the "PASS: name" of test harnesses (automake, go test's "--- PASS:");
-    # "/etc/passwd: No such file" is a path, not an assignment; PWD=/home/u is the working directory.
+    # "/etc/passwd: No such file" is a path, not an assignment (db/password: x is one, see _SLASH_SEP);
+    # PWD=/home/u is the working directory.
     _Rule(
         "password",
         _keyed(r"(?:[Pp](?<!/[Pp])(?i:ass(?:word|wd|phrase)s?)|[Pp](?<![A-Za-z0-9/][Pp])(?!(?<![^\s-]P)ASS:)(?i:ass)"
-               r"|[Ss](?<![A-Za-z0-9][Ss])(?i:shpass))" + _KEY_TAIL, _ASSIGN),
+               r"|[Ss](?<![A-Za-z0-9][Ss])(?i:shpass))" + _KEY_TAIL,
+               r"[Pp](?<=/[Pp])(?i:ass(?:(?:word|wd|phrase)s?)?)" + _KEY_TAIL),
         (*_either_case("w", "(?<=(?i:passw))"), *_either_case("h", "(?<=(?i:passph))(?i:rase)"),
          # "pass" alone only before a non-word character: "PASSED" in test logs is no key.
          *_either_case("s", "(?<=(?i:pass))(?![A-Za-z0-9])")),
@@ -332,7 +376,8 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "password",
-        _keyed(rf"[Pp](?<![A-Za-z0-9/][Pp])(?i:wd){_KEY_TAIL}", rf"""(?:{_SEP}(?!["']?/){_VALUE}|{_XML}|{_SIBLING})"""),
+        _keyed(rf"[Pp](?<![A-Za-z0-9/][Pp])(?i:wd){_KEY_TAIL}", rf"[Pp](?<=/[Pp])(?i:wd){_KEY_TAIL}",
+               rf"""(?!["']?/){_VALUE}"""),
         _either_case("w", "(?<=(?i:pw))(?i:d)(?![A-Za-z0-9])"),
         _ASSIGNED,
     ),
@@ -383,14 +428,15 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "secret",
-        _keyed(r"[Ss](?<!/[Ss])(?i:ecret(?:[_-]?key)?)", _ASSIGN),
+        _keyed(r"[Ss](?<!/[Ss])(?i:ecret(?:[_-]?key)?)", r"[Ss](?<=/[Ss])(?i:ecret(?:[_-]?key)?)"),
         _either_case("c", "(?<=(?i:sec))(?i:ret)"),
         _ASSIGNED,
     ),
     # "private_key": "..." (JSON service accounts) and kubeconfig's client-key-data.
     _Rule(
         "private-key",
-        _keyed(r"(?:[Pp](?<!/[Pp])(?i:rivate[_-]?key)|[Kk](?<![A-Za-z0-9][Kk])(?i:ey[_-]data))", _ASSIGN),
+        _keyed(r"(?:[Pp](?<!/[Pp])(?i:rivate[_-]?key)|[Kk](?<![A-Za-z0-9][Kk])(?i:ey[_-]data))",
+               r"[Pp](?<=/[Pp])(?i:rivate[_-]?key)"),
         (*_either_case("v", "(?<=(?i:priv))(?i:ate)"), *_either_case("d", "(?<=(?i:key[_-]d))(?i:ata)")),
         _ASSIGNED,
     ),
@@ -403,13 +449,13 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "token",
-        _keyed(r"[Tt](?<!/[Tt])(?i:oken)", _ASSIGN),
+        _keyed(r"[Tt](?<!/[Tt])(?i:oken)", r"[Tt](?<=/[Tt])(?i:oken)"),
         _either_case("k", "(?<=(?i:tok))(?i:en)"),
         _ASSIGNED,
     ),
     _Rule(
         "api-key",
-        _keyed(r"[Aa](?<!/[Aa])(?i:pi[_-]?key)", _ASSIGN),
+        _keyed(r"[Aa](?<!/[Aa])(?i:pi[_-]?key)", r"[Aa](?<=/[Aa])(?i:pi[_-]?key)"),
         _either_case("k", "(?:(?<=(?i:api[_-]k))|(?<=(?i:apik)))(?i:ey)"),
         _ASSIGNED,
     ),

@@ -37,6 +37,7 @@ from remote_bash._redact_rules import (
     _PEM_END,
     _PEM_END_MAX,
     _PEM_GROUP,
+    _QUOTED_OPTION_GROUPS,
     _RULES,
     _XOPEN_END,
     _Rule,
@@ -119,8 +120,9 @@ class _Expressions:
 def _expressions(rules: Sequence[_Rule]) -> _Expressions:
     """The trigger of ``rules`` and the parts of their combined expression."""
     triggers = [trigger for rule in rules for trigger in rule.triggers]
-    parts = tuple(f"(?:{rule.pattern.replace('(?P<v', f'(?P<r{index}v')})(?P<r{index}>)"
-                  for index, rule in enumerate(rules))
+    # A group is renamed where it is defined and where a condition tests it (``(?(v0)...)``).
+    parts = tuple(f"(?:{rule.pattern.replace('(?P<v', f'(?P<r{index}v').replace('(?(v', f'(?(r{index}v')})"
+                  f"(?P<r{index}>)" for index, rule in enumerate(rules))
     of: dict[str, list[int]] = {}
     for index, rule in enumerate(rules):
         for trigger in rule.triggers:
@@ -503,10 +505,11 @@ _DROP_TO = {"v4": re.compile(r"[^\n]*"), "v5": re.compile(r"[^<\n]*"),
             **dict.fromkeys(("v16", "v18", "v22"), re.compile(r"[^<\n]*")),
             **dict.fromkeys(("v17", "v19", "v20", "v21"), re.compile(r"(?:[^\]\n]|\](?!\]>))*")),
             "v13": _DROP_QUOTED['"'], "v14": _DROP_QUOTED["'"], "v15": re.compile(r"[^\n]*"),
-            "v23": re.compile(r"[^\n]*")}
-"""The rest of a value on the line after its key (to the end of the line), of an XML element's
+            "v25": _DROP_QUOTED['"'], "v26": _DROP_QUOTED["'"],
+            "v23": re.compile(r"[^\n]*"), "v24": re.compile(r"[^\n]*")}
+"""The rest of a value on the line after its key or of a list (to the end of the line), of an XML element's
 text, or of its CDATA section, or of an Authorization header's credential (to its closing quote or
-the end of the line)."""
+the end of the line), or of an option's value quoted with its name (to its closing quote)."""
 _OPEN_NEAR = 128
 """How far back from a line's end :meth:`StreamRedactor._open_line` looks for a keyword and separator."""
 _URL_OPEN = re.compile(r"""://[^\s/?#"'<>]*\Z""")
@@ -718,7 +721,7 @@ class StreamRedactor:
             # A quote just before is kept with it: an Authorization header inside quotes ends at
             # the closing one, which the rule only knows with the opening quote in view.
             begin = match.start() - 1 if match.start() > start and buf[match.start() - 1] in "\"'" else match.start()
-            for value in (*_ASSIGNED, *_AUTH_GROUPS):
+            for value in (*_ASSIGNED, *_AUTH_GROUPS, *_QUOTED_OPTION_GROUPS):
                 group = f"{name}{value}"
                 if group in combined.groupindex and match.start(group) >= 0:
                     at = match.start(group)

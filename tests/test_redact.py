@@ -405,6 +405,15 @@ SECRET_FRAGMENTS = [
     '<token\n a="1">pw0rd9',
     '{"name":"DB_PASSWORD","value":"pw0rd9"}',
     "- name: DB_PASSWORD\n  value: pw0rd9",
+    "\n  db/password: pw0rd9",
+    '"/prod/db/password": "pw0rd9"',
+    "DB/PASSWORD=pw0rd9",
+    "password: [pw0rd9, x]",
+    '{"passwords": ["x", "pw0rd9"]}',
+    '"--password" pw0rd9',
+    "'--token=a pw0rd9'",
+    "https:\\/\\/hooks.slack.com\\/services\\/T0\\/B0\\/pw0rd9",
+    "hooks.slack.com:443/services/T0/B0/pw0rd9",
     pem("RSA PRIVATE KEY"),
     pem("PGP PRIVATE KEY BLOCK", "abc\n"),
     "-----BEGIN EC PRIVATE KEY-----\n",
@@ -444,6 +453,10 @@ NOISE_FRAGMENTS = [
     "A",
     "k",
     "Y",
+    "[",
+    "]",
+    "db/",
+    "--",
 ]
 fragments = st.one_of(
     st.sampled_from(SECRET_FRAGMENTS), st.sampled_from(NOISE_FRAGMENTS), st.text(max_size=6)
@@ -769,7 +782,9 @@ ADVERSARIAL = ["sk-", "sk-ant-", "eyJ", "eyJ-", "AKIA", "ghp_", "xoxb-", "Bearer
                'key="DbPassword" value="', '"password">', '"password">a', '{"name":"DB_PASSWORD","value":"',
                "name: DB_PASSWORD\n  value: ", "name: token\n", "  value: token\n", "password:\n  x_token\n",
                "<password >", "<password>\n", "<a_password", "<password\n a='1'>", "<![CDATA[\n", "<token>\n  ",
-               "<a.b.c", "<password>\n  x_token\n"]
+               "<a.b.c", "<password>\n  x_token\n", "password: [", 'password: ["', "password: [[", "a/",
+               "db/password: ", "/password=", '"/password": ', '"--password=', "'--token' ",
+               "hooks.slack.com:1/services/", "hooks.slack.com\\/services\\/"]
 
 
 @settings(max_examples=60, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -993,3 +1008,97 @@ def test_a_value_of_words_past_the_line_bound_is_not_released_in_part(read: int)
         stream = Redactor().stream()
         out = "".join(stream.feed(text[i : i + read]) for i in range(0, len(text), read)) + stream.flush()
         assert out == Redactor().redact(text) == pad + "password: [REDACTED:password]\nnext\n"
+
+
+def _whole_and_streamed(text: str) -> str:
+    """``text`` masked whole, checked equal to it streamed a character at a time."""
+    whole = Redactor().redact(text)
+    stream = Redactor().stream()
+    assert "".join(stream.feed(c) for c in text) + stream.flush() == whole
+    return whole
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("db/password: S3cret", "db/password: [REDACTED:password]"),
+    ('"/prod/db/password": "S3cret"', '"/prod/db/password": "[REDACTED:password]"'),
+    ('{"/prod/db/password":"S3cret"}', '{"/prod/db/password":"[REDACTED:password]"}'),
+    ("{'/prod/db/password': 'S3cret'}", "{'/prod/db/password': '[REDACTED:password]'}"),
+    ("DB/PASSWORD=S3cret", "DB/PASSWORD=[REDACTED:password]"),
+    ("secret/data/app/api_key = S3cret", "secret/data/app/api_key = [REDACTED:api-key]"),
+    ("app/token:\n  S3cret\n", "app/token:\n  [REDACTED:token]\n"),
+    ("  ../x/client_secret: S3cret # c", "  ../x/client_secret: [REDACTED:secret] # c"),
+    ("db/pwd: S3cret", "db/pwd: [REDACTED:password]"),
+    ("  - db/password: S3cret", "  - db/password: [REDACTED:password]"),
+])
+def test_a_keyword_after_a_slash_in_a_key_is_a_key(text: str, shown: str) -> None:
+    """A key may be a path (a vault or parameter store's ``db/password``): after a ``/``, the keyword
+    is a key before an equals sign, after a quoted path, or after a relative path at a line's start
+    (as YAML writes a key) with ``: ``."""
+    assert _whole_and_streamed(text) == shown
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("password: [S3cret, other]", "password: [[REDACTED:password]]"),
+    ('{"password": ["S3cret"]}', '{"password": [[REDACTED:password]]}'),
+    ('"passwords": ["a", "b"], "user": "bob"', '"passwords": [[REDACTED:password]], "user": "bob"'),
+    ('passwords: ["a]b", [c, d], \'e\'\'f\'] # c', "passwords: [[REDACTED:password]] # c"),
+    ("password: [S3cret, other", "password: [[REDACTED:password]"),
+    ("password: !!seq [S3cret]", "password: !!seq [[REDACTED:password]]"),
+])
+def test_every_item_of_a_flow_sequence_or_json_array_is_masked(text: str, shown: str) -> None:
+    assert _whole_and_streamed(text) == shown
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ('app "--password" S3cret', 'app "--password" [REDACTED:password]'),
+    ("app '--token' S3cret", "app '--token' [REDACTED:token]"),
+    ('app "--db-password" "S3 cret" x', 'app "--db-password" "[REDACTED:password]" x'),
+    ('app "--password=S3cret"', 'app "--password=[REDACTED:password]"'),
+    ('app "--password=S3 cret" x', 'app "--password=[REDACTED:password]" x'),
+    ("app '--api-key=S3 cret' x", "app '--api-key=[REDACTED:api-key]' x"),
+    ("app '--client-secret=a'\\''S3 cret' x", "app '--client-secret=[REDACTED:secret]' x"),
+])
+def test_an_option_name_in_quotes_is_an_option(text: str, shown: str) -> None:
+    """``"--password" x`` passes ``x`` to ``--password`` as ``--password x`` does, and ``"--password=a
+    b"`` passes all of ``a b``."""
+    assert _whole_and_streamed(text) == shown
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("https://hooks.slack.com:443/services/T0000/B0000/XXXXXXXXXXXX",
+     "https://hooks.slack.com:443/services/[REDACTED:slack-webhook]"),
+    ('{"url": "https:\\/\\/hooks.slack.com\\/services\\/T0000\\/B0000\\/XXXXXXXXXXXX"}',
+     '{"url": "https:\\/\\/hooks.slack.com\\/services\\/[REDACTED:slack-webhook]"}'),
+    ("https://hooks.slack.com/workflows/T0000/A0000/XXXXXXXX",
+     "https://hooks.slack.com/workflows/[REDACTED:slack-webhook]"),
+])
+def test_a_slack_webhook_with_a_port_or_escaped_slashes_is_masked(text: str, shown: str) -> None:
+    assert _whole_and_streamed(text) == shown
+
+
+PROC_STATUS = (
+    "Name:\tbash\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4242\nNgid:\t0\nPid:\t4242\nPPid:\t4200\n"
+    "TracerPid:\t0\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\nFDSize:\t256\n"
+    "Groups:\t4 24 27 1000 \nVmPeak:\t   10080 kB\nVmRSS:\t    5200 kB\nThreads:\t1\n"
+    "SigQ:\t0/63554\nCapEff:\t0000000000000000\nSeccomp:\t0\nCpus_allowed_list:\t0-1\n"
+    "voluntary_ctxt_switches:\t150\n"
+)
+
+
+@pytest.mark.parametrize("text", [
+    PROC_STATUS,
+    "cat: /etc/passwd: No such file or directory\ngrep: /etc/passwd: Permission denied",
+    "/usr/share/doc/password-store/README.md\n/usr/share/doc/password-store/\n",
+    "open /run/secrets/token: no such file or directory",
+    "ls: cannot access '/srv/app/password': No such file or directory",
+    "cat: app/password: No such file or directory",
+    "docker run -v ./password:/run/password:ro -v /etc/token:/token img",
+    "GET /api/v1/users/42/password HTTP/1.1 200 (12 ms)",
+    "2026-12-01T23:00:01Z INFO worker[31]: job 17 done in 0.42s, 3 retries, queue=default",
+    "Dec  1 23:00:01 host sshd[812]: Accepted publickey for deploy from 10.0.0.4 port 51514",
+    "password: []\ntokens: [ ]\n",
+    "see https://api.slack.com/messaging/webhooks and https://hooks.slack.com/ for details",
+    "echo --password-file /run/pw '--token-file' f",
+])
+def test_paths_logs_and_proc_files_are_unchanged(redactor: Redactor, text: str) -> None:
+    assert redactor.redact(text) == text
