@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from remote_bash._plain import Record
 
 
-@dataclass(frozen=True, slots=True)
-class _Rule:
+class _Rule(Record):
     kind: str
     pattern: str
     """Matches the secret; only the groups named in ``values`` are masked, when there are any."""

@@ -23,9 +23,9 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from enum import Enum
 
+from remote_bash._plain import Record
 from remote_bash._redact_rules import (
     _ASSIGNED,
     _AUTH_GROUPS,
@@ -105,8 +105,7 @@ def _trigger_expression(alternatives: list[str]) -> str:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Expressions:
+class _Expressions(Record):
     """What a set of rules runs as: one trigger for all, and each rule's part of the combined expression."""
 
     trigger: re.Pattern[str]
@@ -465,8 +464,7 @@ _HARD_LINE = 64 * 1024
 """A line part that long with no safe cut is released anyway, but for its last ``_CONTEXT``."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Open:
+class _Open(Record):
     """A secret that a cut in a long line would split."""
 
     start: int
