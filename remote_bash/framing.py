@@ -144,7 +144,7 @@ escape flag."""
 
 
 def frame_command(command: str, token: CallToken, names: ShellNames, *, stdin: str | None = None,
-                  restart: bool = False) -> bytes:
+                  restart: bool = False, status_line: bool | None = None) -> bytes:
     """The bytes to send to the shell's driver to run ``command`` as one call: a header, then
     the command's bytes. ``restart`` puts the driver's text first, for a shell whose driver loop
     was left (the last call's sentinel said so: see :class:`ScanResult`).
@@ -156,6 +156,8 @@ def frame_command(command: str, token: CallToken, names: ShellNames, *, stdin: s
 
     ``stdin``, when given, is a path (a FIFO fed with the caller's input) that the ``eval`` reads
     instead of /dev/null: it goes first in the body, on a line of its own, and the flag says so.
+
+    ``status_line=False`` skips the check and adds no line, for a command after which nothing runs.
     """
     if "\x00" in command:
         raise ValueError("the command contains a NUL byte, which bash cannot pass on")
@@ -173,7 +175,7 @@ def frame_command(command: str, token: CallToken, names: ShellNames, *, stdin: s
         escaped = "e"
     if stdin is not None:
         escaped = "f" if escaped == "-" else "g"
-    flag = "0" if status_line_safe(command) else "9"
+    flag = "0" if status_line is not False and status_line_safe(command) else "9"
     header = f"{len(body):08d}{token.call_id}{token.second}{flag}{escaped}".encode()
     return (driver(names) if restart else b"") + header + body
 
@@ -817,4 +819,7 @@ def _tail_lines(text: str, n: int, *, whole: bool) -> str:
 
 def exit_frame(script: str, names: ShellNames, *, restart: bool = False) -> bytes:
     """What to send an idle shell so that it replaces itself with ``/bin/sh -c script``."""
-    return frame_command(f"builtin exec /bin/sh -c {shell_quote(script)}", CallToken.new(), names, restart=restart)
+    # Nothing runs after an exec: no status line, and no check of a long script's end for one
+    # (half a millisecond of every session's close).
+    return frame_command(f"builtin exec /bin/sh -c {shell_quote(script)}", CallToken.new(), names, restart=restart,
+                         status_line=False)

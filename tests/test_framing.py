@@ -226,6 +226,15 @@ def test_status_line_is_added_only_where_bash_parses_it_alone(command: str, safe
     assert frame[32:33] == (b"0" if safe else b"9")  # the header's status-line flag
 
 
+def test_the_frame_that_replaces_the_shell_adds_no_status_line() -> None:
+    """Nothing runs after the exec: the long script's end is not searched for an operator."""
+    from remote_bash.framing import exit_frame
+
+    frame = exit_frame("echo hi\n" * 500 + "true &&", ShellNames.new())
+    assert frame[32:33] == b"9"
+    assert frame_command("true", CallToken.new(), ShellNames.new(), status_line=False)[32:33] == b"9"
+
+
 @settings(max_examples=60, deadline=None)
 @given(command=st.text(alphabet="ab<'\"\\|&;\n\t E$()#-", max_size=30))
 def test_status_line_never_changes_what_bash_runs(command: str) -> None:
