@@ -369,7 +369,10 @@ OPERATORS = [";", "&&", "||", "|", "&", "\n", " ; ", " && ", " | ", "|&"]
 simple = st.builds(
     lambda name, args: " ".join([name, *(shlex.quote(a) for a in args)]),
     st.sampled_from(ALLOWED),
-    st.lists(st.text(max_size=8).filter(lambda a: "$(" not in a and "`" not in a), max_size=3),
+    # Arguments without command substitution, nor what the policy reads as an expansion or as
+    # arithmetic even inside quotes (`${x:=y}`, a subscript `a[...]`, `$[...]`): those it refuses on
+    # purpose, since `let`, `[[ -eq ]]` and `declare -i` evaluate quoted text (a refusal, never a hole).
+    st.lists(st.text(max_size=8).filter(lambda a: not any(s in a for s in ("$(", "`", "${", "[", "$["))), max_size=3),
 )
 
 
