@@ -180,7 +180,6 @@ class Model:
     (Written out rather than made by ``dataclasses``, whose generated methods cost a cold start
     more than all of this module.)"""
 
-
     _config: ClassVar[dict[str, Any]] = {"extra": "forbid", "frozen": True, "allow_inf_nan": False}
     """pydantic's configuration of the class's model."""
     model_fields: ClassVar[dict[str, Any]] = _TwinFields()  # type: ignore[assignment]
@@ -555,9 +554,9 @@ def twin(cls: type[Model]) -> type[BaseModel]:
 
 def _pydantic_type(tp: Any) -> Any:
     """``tp`` with plain classes replaced by their models and this package's metadata by pydantic's."""
-    origin = typing.get_origin(tp)
     from pydantic import WrapValidator
 
+    origin = typing.get_origin(tp)
     if origin is typing.Annotated:
         base, *meta = typing.get_args(tp)
         return Annotated[(_pydantic_type(base), *(_pydantic_meta(item) for item in meta))]
