@@ -218,6 +218,10 @@ _FLAG_VALUE = (
 """The value of a command-line option, as shells quote it: ``"..."`` (with ``\\"``), ``'...'`` and
 ``$'...'`` (going on after the ``'\\''`` of ``set``), to the closing quote or the end of the line, or
 bare, with backslash-escaped characters (``a\\ b``)."""
+_OPTION_VALUE = _FLAG_VALUE.replace(r"""(?P<v3>(?:""", r"""(?P<v3>(?(v27)[^\s"'\\,\]]++|(?:""").replace(
+    r"""\\[^\n])+))""", r"""\\[^\n])+)))""")
+"""An option's value, which after a comma (an argv list's ``"--password", "x"``) is a list's item: a
+bare one ends at a ``,`` or ``]``."""
 _KEY_TAIL = "(?:_[A-Za-z0-9_]{0,64}+)?"
 """More of an identifier after a keyword (``DB_PASSWORD_PROD``): bounded, so a run of ``pass_pass_...``
 is not read again from each of its keywords."""
@@ -257,7 +261,8 @@ def _option(keyword: str) -> str:
     The name may be quoted (``"--password" x``, ``'--token' x``); quoted with its value
     (``"--password=a b"``), the value is one word to the closing quote, blanks and all."""
     name = rf"-(?:[A-Za-z0-9]+-)*+(?i:{keyword})"
-    return (rf"""-(?<![A-Za-z0-9-]-){name}["']?[ \t]+(?!-){_FLAG_VALUE}"""
+    return (rf"""-(?<![A-Za-z0-9-]-)(?:(?<=[\[,]-)(?P<v28>)|(?<=[\[,][ \t]-)(?P<v29>))?{name}"""
+            rf"""(?:["']?[ \t]+|(?:["']|(?(v28)|(?(v29)|(?!))))[ \t]*+,[ \t]*+(?P<v27>))(?!-){_OPTION_VALUE}"""
             rf"""|"-{name}=(?P<v25>(?:[^"\\\n]++|\\[^\n]?)++)"?"""
             rf"""|'-{name}=(?P<v26>(?:[^'\\\n]++|\\[^\n]?|'\\'')++)'?""")
 

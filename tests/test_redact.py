@@ -412,6 +412,8 @@ SECRET_FRAGMENTS = [
     '{"passwords": ["x", "pw0rd9"]}',
     '"--password" pw0rd9',
     "'--token=a pw0rd9'",
+    '["app", "--password", "pw0rd9"]',
+    "[--token, pw0rd9]",
     "https:\\/\\/hooks.slack.com\\/services\\/T0\\/B0\\/pw0rd9",
     "hooks.slack.com:443/services/T0/B0/pw0rd9",
     pem("RSA PRIVATE KEY"),
@@ -1057,10 +1059,22 @@ def test_every_item_of_a_flow_sequence_or_json_array_is_masked(text: str, shown:
     ('app "--password=S3 cret" x', 'app "--password=[REDACTED:password]" x'),
     ("app '--api-key=S3 cret' x", "app '--api-key=[REDACTED:api-key]' x"),
     ("app '--client-secret=a'\\''S3 cret' x", "app '--client-secret=[REDACTED:secret]' x"),
+    ('["mycli", "--password", "S3cret"]', '["mycli", "--password", "[REDACTED:password]"]'),
+    ("['mycli', '--password', 'S3cret']", "['mycli', '--password', '[REDACTED:password]']"),
+    ('args: ["--token", "S3cret"]', 'args: ["--token", "[REDACTED:token]"]'),
+    ("args: [--password, S3cret]", "args: [--password, [REDACTED:password]]"),
+    ("args: [x, --password,S3cret, y]", "args: [x, --password,[REDACTED:password], y]"),
+    ('execve("/usr/bin/mysql", ["mysql", "--password", "S3cret"], 0x7ffd) = 0',
+     'execve("/usr/bin/mysql", ["mysql", "--password", "[REDACTED:password]"], 0x7ffd) = 0'),
+    ("Command '['mysql', '--password', 'S3cret']' returned",
+     "Command '['mysql', '--password', '[REDACTED:password]']' returned"),
+    ("mycli '--api-key', 'S3cret'", "mycli '--api-key', '[REDACTED:api-key]'"),
+    ("use --password, then --token, as before", "use --password, then --token, as before"),
 ])
 def test_an_option_name_in_quotes_is_an_option(text: str, shown: str) -> None:
     """``"--password" x`` passes ``x`` to ``--password`` as ``--password x`` does, and ``"--password=a
-    b"`` passes all of ``a b``."""
+    b"`` passes all of ``a b``; in an argv list (``["app", "--password", "x"]``, ``[--password, x]``)
+    the item after the option's is its value."""
     assert _whole_and_streamed(text) == shown
 
 
