@@ -300,11 +300,12 @@ _RULES: tuple[_Rule, ...] = (
     ),
     # Bot, user and app tokens (xoxb-, xoxp-, xapp-1-...), and the secret path of a webhook URL.
     _Rule("slack-token", _token("x", rf"(?:ox[baprs]|app)-(?:[A-Za-z0-9]|{_DASH}){{10,}}"), (r"xox[baprs]-", "xapp-")),
-    # A port may stand after the host (hooks.slack.com:443), and JSON may write each slash as "\/".
+    # The host in any case, maybe with a trailing dot, a port (hooks.slack.com:443) or an empty one;
+    # JSON may write each slash as "\/"; a slash may be doubled or a "/./" stand before the path.
     _Rule("slack-webhook",
-          r"k(?<=hooks\.slack)\.com(?::[0-9]{1,5})?\\?/(?:services|workflows|triggers)\\?/"
-          r"(?P<v1>(?:[A-Za-z0-9_/-]|\\/){8,})",
-          (r"k(?<=hooks\.slack)\.com[:/\\]",), ("v1",)),
+          r"[Kk](?<=(?i:hooks\.slack))\.(?i:com)\.?(?::[0-9]{0,5})?\\?/(?:\\?/|\.\\?/){0,8}+"
+          r"(?:services|workflows|triggers)\\?/(?P<v1>(?:[A-Za-z0-9_/-]|\\/){8,})",
+          _either_case("k", r"(?<=(?i:hooks\.slack))\.(?i:com)\.?[:/\\]"), ("v1",)),
     _Rule("anthropic-api-key", _token("s", rf"k-ant-{_WORD}{{20,}}"), (r"k(?<=sk)-",)),
     # Secret and restricted keys, live and test, and webhook signing secrets.
     _Rule("stripe-key", _token("[sr]", r"k_(?:live|test)_[A-Za-z0-9]{10,}"), (r"k(?<=[sr]k)_(?:live|test)_",)),

@@ -416,6 +416,7 @@ SECRET_FRAGMENTS = [
     "[--token, pw0rd9]",
     "https:\\/\\/hooks.slack.com\\/services\\/T0\\/B0\\/pw0rd9",
     "hooks.slack.com:443/services/T0/B0/pw0rd9",
+    "HOOKS.Slack.COM.:/.//services/T0/B0/pw0rd9",
     pem("RSA PRIVATE KEY"),
     pem("PGP PRIVATE KEY BLOCK", "abc\n"),
     "-----BEGIN EC PRIVATE KEY-----\n",
@@ -1085,6 +1086,16 @@ def test_an_option_name_in_quotes_is_an_option(text: str, shown: str) -> None:
      '{"url": "https:\\/\\/hooks.slack.com\\/services\\/[REDACTED:slack-webhook]"}'),
     ("https://hooks.slack.com/workflows/T0000/A0000/XXXXXXXX",
      "https://hooks.slack.com/workflows/[REDACTED:slack-webhook]"),
+    ("https://HOOKS.SLACK.COM/services/T0000/B0000/XXXXXXXXXXXX",
+     "https://HOOKS.SLACK.COM/services/[REDACTED:slack-webhook]"),
+    ("https://Hooks.Slack.com./services/T0000/B0000/XXXXXXXXXXXX",
+     "https://Hooks.Slack.com./services/[REDACTED:slack-webhook]"),
+    ("https://hooks.slack.com:/services/T0000/B0000/XXXXXXXXXXXX",
+     "https://hooks.slack.com:/services/[REDACTED:slack-webhook]"),
+    ("https://hooks.slack.com//services/T0000/B0000/XXXXXXXXXXXX",
+     "https://hooks.slack.com//services/[REDACTED:slack-webhook]"),
+    ("https://hooks.slack.com/./services/T0000/B0000/XXXXXXXXXXXX",
+     "https://hooks.slack.com/./services/[REDACTED:slack-webhook]"),
 ])
 def test_a_slack_webhook_with_a_port_or_escaped_slashes_is_masked(text: str, shown: str) -> None:
     assert _whole_and_streamed(text) == shown
