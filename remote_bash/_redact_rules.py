@@ -186,10 +186,19 @@ _SLASH_SEP = (
 an equals sign, or any separator after a key in double quotes, or in single quotes before a quoted
 value. A colon after a bare path (or one in single quotes) is what an error message writes after a
 file's name (``cat: /etc/passwd: No such file``, ``ls: cannot access '/srv/token': ...``): not a key."""
-_PATH = r"""(?m:^)[ \t]*+(?:-[ \t]++)?["']?(?:[A-Za-z0-9_.-]++/)++"""
+_PATH = r"""(?m:^)[ \t]*+(?:-[ \t]++)?["']?(?:[A-Za-z0-9_.-]++/)+?"""
 """The folders of a relative path before a keyword (``db/``, ``secret/data/db/``) at the start of a line
 (after its indentation and a YAML list's ``-``), where YAML writes a key: tried once per line, each
-folder read once."""
+folder read once (the keyword is looked for after each, so it may be followed by more: ``db/password/v2``)."""
+_KEY_PATH = r"(?:[/.][A-Za-z0-9_]{1,32}+){1,4}+"
+"""More of a key after its keyword, as a path or a dotted name (``DB_PASSWORD/PROD``, ``db.password.prod``):
+a key only before the separators of ``_SLASH_SEP``."""
+_SLASHED_TAIL = r"(?:[/.-][A-Za-z0-9_]{1,32}+){0,4}+"
+"""More of a key whose keyword follows a ``/`` (``DB/PASSWORD/PROD``, ``db/password-prod``): bounded, so a
+path of keywords is not read again from each."""
+_PATH_TAIL = r"(?:[/-][A-Za-z0-9_]{1,32}+){0,4}+"
+"""The same after the folders of a relative path at a line's start, but for a dotted part: ``db/password.txt:
+ASCII text`` is what ``file`` prints."""
 _PATH_SEP = rf"""["']?{_BLANK}*[:\uff1a](?={_BLANK}|\n){_BLANK}*"""
 """The separator of YAML's ``db/password: x``: a colon and a blank (or the end of the line, its value
 being on the next); a colon with no blank after a path is a path's (``-v ./password:/run/password``)."""
@@ -205,8 +214,9 @@ def _keyed(keyword: str, slashed: str, value: str = _VALUE) -> str:
     the keyword is tried once at each place: an element's text or a sibling value sets ``v0``, after
     which no separated value follows (a line with a keyword is matched at every one of its places,
     so each branch tried there counts)."""
-    return (rf"(?:(?:{keyword}(?:{_SEP}|(?:{_XML}|{_SIBLING})(?P<v0>))|{slashed}{_SLASH_SEP}"
-            rf"|{_PATH}{slashed}{_PATH_SEP})(?(v0)|{value})|<{_TAG_PREFIX}{keyword}{_XML_TAG})")
+    return (rf"(?:(?:{keyword}(?:{_SEP}|{_KEY_PATH}{_SLASH_SEP}|(?:{_XML}|{_SIBLING})(?P<v0>))"
+            rf"|{slashed}{_SLASHED_TAIL}{_SLASH_SEP}|{_PATH}{slashed}{_PATH_TAIL}{_PATH_SEP})(?(v0)|{value})"
+            rf"|<{_TAG_PREFIX}{keyword}{_XML_TAG})")
 
 
 _ASSIGNED = ("v1", "v2", "v23", "v24", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12",

@@ -408,6 +408,9 @@ SECRET_FRAGMENTS = [
     "\n  db/password: pw0rd9",
     '"/prod/db/password": "pw0rd9"',
     "DB/PASSWORD=pw0rd9",
+    "db/password/v2: pw0rd9",
+    '"/db/password/current": "pw0rd9"',
+    "DB_TOKEN.prod=pw0rd9",
     "password: [pw0rd9, x]",
     '{"passwords": ["x", "pw0rd9"]}',
     '"--password" pw0rd9',
@@ -1027,11 +1030,18 @@ def _whole_and_streamed(text: str) -> str:
     ('{"/prod/db/password":"S3cret"}', '{"/prod/db/password":"[REDACTED:password]"}'),
     ("{'/prod/db/password': 'S3cret'}", "{'/prod/db/password': '[REDACTED:password]'}"),
     ("DB/PASSWORD=S3cret", "DB/PASSWORD=[REDACTED:password]"),
-    ("secret/data/app/api_key = S3cret", "secret/data/app/api_key = [REDACTED:api-key]"),
+    ("secret/data/app/api_key = S3cret", "secret/data/app/api_key = [REDACTED:secret]"),
     ("app/token:\n  S3cret\n", "app/token:\n  [REDACTED:token]\n"),
     ("  ../x/client_secret: S3cret # c", "  ../x/client_secret: [REDACTED:secret] # c"),
     ("db/pwd: S3cret", "db/pwd: [REDACTED:password]"),
     ("  - db/password: S3cret", "  - db/password: [REDACTED:password]"),
+    ("DB/PASSWORD/PROD=S3cret", "DB/PASSWORD/PROD=[REDACTED:password]"),
+    ("DB_PASSWORD/PROD=S3cret", "DB_PASSWORD/PROD=[REDACTED:password]"),
+    ("vault/kv/db/password/current=S3cret", "vault/kv/db/password/current=[REDACTED:password]"),
+    ('{"/prod/db/password/current": "S3cret"}', '{"/prod/db/password/current": "[REDACTED:password]"}'),
+    ("db/password/v2: S3cret", "db/password/v2: [REDACTED:password]"),
+    ("db/password-prod: S3cret", "db/password-prod: [REDACTED:password]"),
+    ("db.password.prod=S3cret", "db.password.prod=[REDACTED:password]"),
 ])
 def test_a_keyword_after_a_slash_in_a_key_is_a_key(text: str, shown: str) -> None:
     """A key may be a path (a vault or parameter store's ``db/password``): after a ``/``, the keyword
@@ -1124,6 +1134,8 @@ PROC_STATUS = (
     "password: []\ntokens: [ ]\n",
     "see https://api.slack.com/messaging/webhooks and https://hooks.slack.com/ for details",
     "echo --password-file /run/pw '--token-file' f",
+    "cat: /etc/passwd/x: Not a directory\ndb/password.txt: ASCII text\n--password-file=/run/pw",
+    "ls: cannot access '/srv/app/password/old': No such file or directory",
 ])
 def test_paths_logs_and_proc_files_are_unchanged(redactor: Redactor, text: str) -> None:
     assert redactor.redact(text) == text
