@@ -166,7 +166,8 @@ the rules that reach over a newline to a value: the stream holds a line that end
 _SIBLING = (
     r"""["'](?:[ \t]+(?i:value)[ \t]*=[ \t]*(?:"(?P<v8>[^"\n]++)"?|'(?P<v9>[^'\n]++)'?)"""
     r"""|[ \t]*>(?P<v10>[^<>\n]++)(?=</))"""
-    r"""|"[ \t]*,[ \t]*"(?i:value)"[ \t]*:[ \t]*"(?P<v11>(?:[^"\\\n]++|\\[^\n]?)++)"?"""
+    r"""|"[ \t]*,[ \t]*(?:"[A-Za-z]{1,32}+"[ \t]*:[ \t]*(?:"[^"\\\n]{0,128}+"|[0-9a-z]{1,16}+)[ \t]*,[ \t]*){0,3}"""
+    r""""(?i:value)"[ \t]*:[ \t]*"(?P<v11>(?:[^"\\\n]++|\\[^\n]?)++)"?"""
     rf"""|["']?[ \t\r]{{0,{_NAME_BLANKS}}}\n[ \t]++(?i:value)[ \t]*:[ \t]*"""
     rf"""{_NOT_OPEN}(?![^\n]*?{_NAME_END}(?:\n|\Z))"""
     r"""["']?(?P<v12>[^\s"']++(?:[ \t]+[^\s"']++)*+)"""
@@ -175,7 +176,8 @@ _SIBLING = (
 element's next attribute (``<add key="DbPassword" value="x"/>``, ``<property name="...password"
 value="x"/>``) or its text (``<entry key="password">x</entry>``, up to a closing tag: ``echo
 "password">out`` is a redirection), the next member of a JSON object (``{"name": "DB_PASSWORD",
-"value": "x"}``), or a YAML ``value:`` on the next, indented line (a Kubernetes container's
+"value": "x"}``, also past up to three members between, as in AWS SSM's ``{"Name": "/db/password", "Type":
+"SecureString", "Value": "x"}``), or a YAML ``value:`` on the next, indented line (a Kubernetes container's
 ``- name: DB_PASSWORD``). The last is the third rule that reaches over a newline: the stream holds a
 line that ends in a keyword until the next one is complete (``_NAME_END``)."""
 _SEPARATORS = r"(?:=>|:=|==|[:=\uff1a\uff1d])"
@@ -210,12 +212,14 @@ def _keyed(keyword: str, slashed: str, value: str = _VALUE) -> str:
     (``slashed``, the same keyword after that ``/``), with a separator of ``_SLASH_SEP``, or after
     the folders of a relative path at a line's start (``_PATH``) with a colon and a blank.
 
-    The three kinds of key share one ``value`` (a group name may appear once in an expression), and
-    the keyword is tried once at each place: an element's text or a sibling value sets ``v0``, after
-    which no separated value follows (a line with a keyword is matched at every one of its places,
-    so each branch tried there counts)."""
-    return (rf"(?:(?:{keyword}(?:{_SEP}|{_KEY_PATH}{_SLASH_SEP}|(?:{_XML}|{_SIBLING})(?P<v0>))"
-            rf"|{slashed}{_SLASHED_TAIL}{_SLASH_SEP}|{_PATH}{slashed}{_PATH_TAIL}{_PATH_SEP})(?(v0)|{value})"
+    A sibling value follows a name that holds the keyword or a path to it (``{"name": "/prod/db/password",
+    "value": "x"}``). The three kinds of key share one ``value`` (a group name may appear once in an
+    expression), and the keyword is tried once at each place: an element's text sets ``v0`` and a
+    sibling value ``vs``, after which no separated value follows (a line with a keyword is matched at
+    every one of its places, so each branch tried there counts)."""
+    return (rf"(?:(?:(?:{keyword}(?P<vk>)|{slashed}{_SLASHED_TAIL})"
+            rf"(?:(?(vk)(?:{_SEP}|{_KEY_PATH}{_SLASH_SEP}|{_XML}(?P<v0>))|{_SLASH_SEP})|(?:{_SIBLING})(?P<vs>))"
+            rf"|{_PATH}{slashed}{_PATH_TAIL}{_PATH_SEP})(?(v0)|(?(vs)|{value}))"
             rf"|<{_TAG_PREFIX}{keyword}{_XML_TAG})")
 
 
