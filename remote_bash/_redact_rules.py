@@ -239,6 +239,16 @@ bare one ends at a ``,`` or ``]``."""
 _KEY_TAIL = "(?:_[A-Za-z0-9_]{0,64}+)?"
 """More of an identifier after a keyword (``DB_PASSWORD_PROD``): bounded, so a run of ``pass_pass_...``
 is not read again from each of its keywords."""
+_COUNT = re.compile(r"""(?i:tokens)(?:_[A-Za-z0-9_]{0,64})?["']?[ \t]*[:=][ \t]*"""
+                    r"""["']?[0-9]{1,32}(?:\.[0-9]{1,32})?["']?[}\])]{0,8}\Z""")
+
+
+def _not_a_count(text: str) -> bool:
+    """False for a plural ``tokens`` key whose value is a number (``"total_tokens": 512``, ``max_tokens=4096``,
+    an LLM's usage): a count, not a secret."""
+    return _COUNT.search(text) is None
+
+
 _NOT_SSHPASS = r"(?:[^\ss]++|s(?!shpass))*+"
 _NOT_MYSQL = r"(?:[^\sm]++|m(?!ysql|ariadb))*+"
 """The rest of a word on a command line, up to where another match of the same rule could start:
@@ -448,15 +458,16 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "secret",
-        _keyed(r"[Ss](?<!/[Ss])(?i:ecret(?:[_-]?key)?)", r"[Ss](?<=/[Ss])(?i:ecret(?:[_-]?key)?)"),
+        _keyed(r"[Ss](?<!/[Ss])(?i:ecret(?:[_-]?key)?s?)" + _KEY_TAIL,
+               r"[Ss](?<=/[Ss])(?i:ecret(?:[_-]?key)?s?)" + _KEY_TAIL),
         _either_case("c", "(?<=(?i:sec))(?i:ret)"),
         _ASSIGNED,
     ),
     # "private_key": "..." (JSON service accounts) and kubeconfig's client-key-data.
     _Rule(
         "private-key",
-        _keyed(r"(?:[Pp](?<!/[Pp])(?i:rivate[_-]?key)|[Kk](?<![A-Za-z0-9][Kk])(?i:ey[_-]data))",
-               r"[Pp](?<=/[Pp])(?i:rivate[_-]?key)"),
+        _keyed(r"(?:[Pp](?<!/[Pp])(?i:rivate[_-]?keys?)|[Kk](?<![A-Za-z0-9][Kk])(?i:ey[_-]data))" + _KEY_TAIL,
+               r"[Pp](?<=/[Pp])(?i:rivate[_-]?keys?)" + _KEY_TAIL),
         (*_either_case("v", "(?<=(?i:priv))(?i:ate)"), *_either_case("d", "(?<=(?i:key[_-]d))(?i:ata)")),
         _ASSIGNED,
     ),
@@ -469,13 +480,14 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "token",
-        _keyed(r"[Tt](?<!/[Tt])(?i:oken)", r"[Tt](?<=/[Tt])(?i:oken)"),
+        _keyed(rf"[Tt](?<!/[Tt])(?i:okens?){_KEY_TAIL}", rf"[Tt](?<=/[Tt])(?i:okens?){_KEY_TAIL}"),
         _either_case("k", "(?<=(?i:tok))(?i:en)"),
         _ASSIGNED,
+        check=_not_a_count,
     ),
     _Rule(
         "api-key",
-        _keyed(r"[Aa](?<!/[Aa])(?i:pi[_-]?key)", r"[Aa](?<=/[Aa])(?i:pi[_-]?key)"),
+        _keyed(r"[Aa](?<!/[Aa])(?i:pi[_-]?keys?)" + _KEY_TAIL, r"[Aa](?<=/[Aa])(?i:pi[_-]?keys?)" + _KEY_TAIL),
         _either_case("k", "(?:(?<=(?i:api[_-]k))|(?<=(?i:apik)))(?i:ey)"),
         _ASSIGNED,
     ),

@@ -412,6 +412,8 @@ SECRET_FRAGMENTS = [
     "\ndb/password/v2: pw0rd9",
     '"/db/password/current": "pw0rd9"',
     "DB_TOKEN.prod=pw0rd9",
+    "client_secrets: [pw0rd9]",
+    "API_KEY_PROD=pw0rd9",
     "password: [pw0rd9, x]",
     '{"passwords": ["x", "pw0rd9"]}',
     '"--password" pw0rd9',
@@ -1114,6 +1116,24 @@ def test_a_slack_webhook_with_a_port_or_escaped_slashes_is_masked(text: str, sho
     assert _whole_and_streamed(text) == shown
 
 
+@pytest.mark.parametrize(("text", "shown"), [
+    ("DB_TOKEN_PROD=S3cret", "DB_TOKEN_PROD=[REDACTED:token]"),
+    ("DB_SECRET_PROD=S3cret", "DB_SECRET_PROD=[REDACTED:secret]"),
+    ("API_KEY_PROD=S3cret", "API_KEY_PROD=[REDACTED:api-key]"),
+    ("GITHUB_TOKENS=S3cret", "GITHUB_TOKENS=[REDACTED:token]"),
+    ("secrets: S3cret", "secrets: [REDACTED:secret]"),
+    ('{"tokens": ["S3cret"]}', '{"tokens": [[REDACTED:token]]}'),
+    ("api_keys: [S3cret]", "api_keys: [[REDACTED:api-key]]"),
+    ("access_tokens: [S3cret]", "access_tokens: [[REDACTED:token]]"),
+    ("client_secrets: S3cret", "client_secrets: [REDACTED:secret]"),
+    ("private_keys: S3cret", "private_keys: [REDACTED:private-key]"),
+    ("tokens: 512abc", "tokens: [REDACTED:token]"),
+    ("token: 512", "token: [REDACTED:token]"),
+])
+def test_plural_and_suffixed_keywords_are_keys(text: str, shown: str) -> None:
+    assert _whole_and_streamed(text) == shown
+
+
 PROC_STATUS = (
     "Name:\tbash\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4242\nNgid:\t0\nPid:\t4242\nPPid:\t4200\n"
     "TracerPid:\t0\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\nFDSize:\t256\n"
@@ -1139,6 +1159,8 @@ PROC_STATUS = (
     "echo --password-file /run/pw '--token-file' f",
     "cat: /etc/passwd/x: Not a directory\ndb/password.txt: ASCII text\n--password-file=/run/pw",
     "ls: cannot access '/srv/app/password/old': No such file or directory",
+    'tokens: 512\n{"usage": {"input_tokens": 12, "output_tokens": 345}}\nmax_tokens=4096 total_tokens: 1.5',
+    "tokenizer: bpe\nSECRETARY=x\nkeys: x",
 ])
 def test_paths_logs_and_proc_files_are_unchanged(redactor: Redactor, text: str) -> None:
     assert redactor.redact(text) == text
