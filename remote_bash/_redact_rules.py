@@ -232,10 +232,13 @@ _FLAG_VALUE = (
 """The value of a command-line option, as shells quote it: ``"..."`` (with ``\\"``), ``'...'`` and
 ``$'...'`` (going on after the ``'\\''`` of ``set``), to the closing quote or the end of the line, or
 bare, with backslash-escaped characters (``a\\ b``)."""
-_OPTION_VALUE = _FLAG_VALUE.replace(r"""(?P<v3>(?:""", r"""(?P<v3>(?(v27)[^\s"'\\,\]]++|(?:""").replace(
-    r"""\\[^\n])+))""", r"""\\[^\n])+)))""")
-"""An option's value, which after a comma (an argv list's ``"--password", "x"``) is a list's item: a
-bare one ends at a ``,`` or ``]``."""
+_ITEM = r"""[^\s"'\\,\]]++"""
+_OPTION_VALUE = _FLAG_VALUE.replace(
+    r"""(?P<v3>(?:""", rf"""(?P<v3>(?(v27){_ITEM}|(?(v28){_ITEM}|(?(v29){_ITEM}|(?:""").replace(
+    r"""\\[^\n])+))""", r"""\\[^\n])+)))))""")
+"""An option's value, which after a comma (an argv list's ``"--password", "x"``), or after an option
+right after a ``[`` or a ``,`` (``[--password x]``, a usage line's), is a list's item: a bare one ends
+at a ``,`` or ``]``."""
 _KEY_TAIL = "(?:_[A-Za-z0-9_]{0,64}+)?"
 """More of an identifier after a keyword (``DB_PASSWORD_PROD``): bounded, so a run of ``pass_pass_...``
 is not read again from each of its keywords."""

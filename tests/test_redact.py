@@ -1086,6 +1086,8 @@ def test_every_item_of_a_flow_sequence_or_json_array_is_masked(text: str, shown:
      "Command '['mysql', '--password', '[REDACTED:password]']' returned"),
     ("mycli '--api-key', 'S3cret'", "mycli '--api-key', '[REDACTED:api-key]'"),
     ("use --password, then --token, as before", "use --password, then --token, as before"),
+    ("usage: app [--password PASS] [--token TOKEN]",
+     "usage: app [--password [REDACTED:password]] [--token [REDACTED:token]]"),
 ])
 def test_an_option_name_in_quotes_is_an_option(text: str, shown: str) -> None:
     """``"--password" x`` passes ``x`` to ``--password`` as ``--password x`` does, and ``"--password=a
