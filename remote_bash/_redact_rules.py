@@ -227,18 +227,18 @@ _ASSIGNED = ("v1", "v2", "v23", "v24", "v3", "v4", "v5", "v6", "v7", "v8", "v9",
              "v16", "v17", "v18", "v19", "v20", "v21", "v22")
 _FLAG_VALUE = (
     r"""(?:"(?P<v1>(?:[^"\\\n]+|\\[^\n]?)+)"?|\$?'(?P<v2>(?:[^'\\\n]+|\\[^\n]?|'\\'')+)'?"""
-    r"""|(?P<v3>(?:[^\s"'\\]+|\\[^\n])+))"""
+    r"""|(?!\[REDACTED:[a-z0-9-]{1,32}\]\]*+(?:[\s,]|\Z))(?P<v3>(?:[^\s"'\\]+|\\[^\n])+))"""
 )
 """The value of a command-line option, as shells quote it: ``"..."`` (with ``\\"``), ``'...'`` and
 ``$'...'`` (going on after the ``'\\''`` of ``set``), to the closing quote or the end of the line, or
 bare, with backslash-escaped characters (``a\\ b``)."""
-_ITEM = r"""[^\s"'\\,\]]++"""
+_ITEM = r"""(?!\[REDACTED:[a-z0-9-]{1,32}\](?:[\s,\]]|\Z))[^\s"'\\,\]]++"""
 _OPTION_VALUE = _FLAG_VALUE.replace(
     r"""(?P<v3>(?:""", rf"""(?P<v3>(?(v27){_ITEM}|(?(v28){_ITEM}|(?(v29){_ITEM}|(?:""").replace(
     r"""\\[^\n])+))""", r"""\\[^\n])+)))))""")
 """An option's value, which after a comma (an argv list's ``"--password", "x"``), or after an option
 right after a ``[`` or a ``,`` (``[--password x]``, a usage line's), is a list's item: a bare one ends
-at a ``,`` or ``]``."""
+at a ``,`` or ``]``, and is never a mask (masking ``[REDACTED:x]`` again would leave its ``]``)."""
 _KEY_TAIL = "(?:_[A-Za-z0-9_]{0,64}+)?"
 """More of an identifier after a keyword (``DB_PASSWORD_PROD``): bounded, so a run of ``pass_pass_...``
 is not read again from each of its keywords."""

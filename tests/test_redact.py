@@ -1168,3 +1168,15 @@ PROC_STATUS = (
 ])
 def test_paths_logs_and_proc_files_are_unchanged(redactor: Redactor, text: str) -> None:
     assert redactor.redact(text) == text
+
+
+@pytest.mark.parametrize("text", [
+    "[--password, abc]", "[--password abc]", "[--password PASS] [--token TOKEN]", '["mysql", "--password", "x"]',
+    "mysql --password abc", "x --password=abc y", "sshpass -p abc ssh h", "[--password, x, --token, y]",
+])
+def test_masking_masked_text_again_changes_nothing(text: str) -> None:
+    """The live view masks each line once more after collapsing its carriage returns: a mask must
+    not be read as a value again (`[--password, [REDACTED:password]]` showed a third `]`)."""
+    once = REDACTOR.redact(text + "\n")
+    assert "[REDACTED:" in once
+    assert REDACTOR.redact(once) == once
