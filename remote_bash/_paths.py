@@ -295,9 +295,17 @@ def write_private(path: Path, data: bytes, *, what: str) -> None:
 
 def account_name() -> str:
     """The name of the account the process runs as (its uid's, never ``$USER`` or ``$LOGNAME``,
-    which anyone can set): who the audit log says ran or approved a command."""
+    which anyone can set): who the audit log says ran or approved a command. Looked up once per uid
+    (every session of a fleet asks)."""
     uid = os.getuid()
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
+    name = _ACCOUNTS.get(uid)
+    if name is None:
+        try:
+            name = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            name = f"uid {uid}"
+        _ACCOUNTS[uid] = name
+    return name
+
+
+_ACCOUNTS: dict[int, str] = {}
