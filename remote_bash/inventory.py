@@ -268,10 +268,15 @@ class _Builder:
         from remote_bash._inventory_file import suggest
 
         values = settings.model_dump(exclude_unset=True) if settings is not None else {}
+        empty = [key for key, value in values.items() if isinstance(value, Path) and str(value) == "."]
         for key, value in values.items():
             if isinstance(value, Path):  # relative to the inventory's directory, ~ expanded
                 values[key] = self.base / value.expanduser()
         layer = _Layer(self.name, where, values)
+        if empty:
+            # Read as the inventory's own directory, which no file setting can mean.
+            raise self.fail(f"{empty[0]} is empty (or '.'), which names a directory, not a file: name the "
+                            "file, or remove the setting", (empty[0],), layer)
         for index, hop in enumerate(values.get("jump") or ()):
             if hop not in hosts:
                 raise self.fail(

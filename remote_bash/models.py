@@ -35,6 +35,11 @@ def _env_names(value: dict[str, str]) -> dict[str, str]:
     for key in value:
         if not key or not (key[0].isalpha() or key[0] == "_") or not all(c.isalnum() or c == "_" for c in key):
             raise ValueError(f"environment variable name {key!r} is not a valid shell name")
+        if "\x00" in value[key]:
+            # bash would drop the byte and what follows it in silence: the variable would not
+            # hold what the inventory says.
+            raise ValueError(f"the value of environment variable {key!r} holds a NUL byte, which no "
+                             "environment variable can hold")
     return value
 
 
