@@ -623,7 +623,7 @@ class RemoteBashSession:
         it stopped or could not check something."""
         scan = reaper.parse_kill_output(out)
         report = KillReport._trusted(signals=["KILL"] if scan.count else [], survivors=0, cgroup=scan.cgroup,
-                            unchecked=_unchecked(scan, since, "the session"))
+                                     unchecked=_unchecked(scan, since, "the session"))
         self.last_kill = report
         if scan.count or report.unchecked:
             await self._audit_write("exec.kill", reason="session end", kill=report.model_dump(),
@@ -926,7 +926,7 @@ class RemoteBashSession:
             last = await self._survivors(conn, tag, since)
             survivors = last.count
         report = KillReport._trusted(signals=sent, survivors=survivors, shell_replaced=replaced, cgroup=last.cgroup,
-                            unchecked=_unchecked(last, since, "the command"))
+                                     unchecked=_unchecked(last, since, "the command"))
         await self._audit_write("exec.kill", call_id=call.token.call_id, reason=why, kill=report.model_dump(),
                                 strict=False)
         return report
@@ -1054,7 +1054,7 @@ class RemoteBashSession:
         # One report per script run: a lost shell's, then the tag's.
         count = sum(int(line[7:]) for line in out.splitlines() if line.startswith("RBKILL ") and line[7:].isdigit())
         report = KillReport._trusted(signals=["KILL"] if count else [], survivors=0,
-                            cgroup=reaper.parse_kill_output(out).cgroup)
+                                     cgroup=reaper.parse_kill_output(out).cgroup)
         self.last_kill = report
         if count:
             await self._audit_write("exec.kill", reason=_LOST, kill=report.model_dump(), processes=count,

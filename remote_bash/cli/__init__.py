@@ -102,8 +102,9 @@ def _main(words: list[str], kept: list[bool]) -> int:
             kept.append(True)
             return status
     # pydantic looks for plugins through every installed distribution's entry points when it builds
-    # the first model: about 100 ms of a cold `exec`, for plugins this command never uses. Only this
-    # process (and what it starts) is affected; a value the user set is kept.
+    # its first model (an inventory read from its file rather than the cache, a validated setting):
+    # about 100 ms, for plugins this command never uses. Only this process (and what it starts) is
+    # affected; a value the user set is kept.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     from ._app import main as parse_and_run
 
