@@ -9,6 +9,7 @@ keyrings.cryptfile's CryptFileKeyring (encrypts: accepted), keyring's null and f
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -162,6 +163,35 @@ async def test_a_key_file_replaced_while_a_session_holds_its_keys_is_read_again(
         with pytest.raises(AuthenticationFailed):
             await reach(host)  # the new key is not authorized on the host
         assert (await open_one.run("echo still")).output == "still\n"
+
+
+@pytest.fixture
+def rsa_key(tmp_path: Path) -> Path:
+    key = tmp_path / "id_rsa"
+    subprocess.run(["ssh-keygen", "-q", "-t", "rsa", "-b", "3072", "-N", "", "-f", str(key)], check=True,
+                   capture_output=True, timeout=60)
+    return key
+
+
+async def test_connections_opened_at_once_load_a_key_file_once(rsa_key: Path) -> None:
+    # A fleet's connections start together: they wait for one load of the file (an RSA key's
+    # check takes a while), even when the first to ask gives up on it.
+    from remote_bash._ssh import connection
+
+    key = rsa_key
+    first = asyncio.ensure_future(connection._unencrypted_keys(str(key)))
+    await asyncio.sleep(0)  # the first has asked
+    rest = [asyncio.ensure_future(connection._unencrypted_keys(str(key))) for _ in range(5)]
+    first.cancel()
+    loaded = await asyncio.gather(*rest)
+    assert first.cancelled()
+    assert all(len(keys) == 1 and keys[0] is loaded[0][0] for keys in loaded)
+    assert not connection._LOADING
+    key.write_text("not a key\n")
+    for _ in range(2):  # a failed load is not kept: the next connection reads the file again
+        with pytest.raises(ValueError, match="Invalid private key"):
+            await connection._unencrypted_keys(str(key))
+    assert not connection._LOADING
 
 
 @pytest.mark.parametrize("where", ["host", "defaults"])

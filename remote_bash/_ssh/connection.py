@@ -324,21 +324,40 @@ async def _key_files(creds: Credentials) -> list[Any]:
 
 
 _LOADED_KEYS: dict[str, tuple[bytes, list[weakref.ref[Any]]]] = {}
+_LOADING: dict[tuple[str, bytes], asyncio.Task[list[Any]]] = {}
+"""Loads under way, by file and content: the connections a fleet opens at once wait for one load."""
 
 
 async def _unencrypted_keys(path: str) -> list[Any]:
     """The keys of the key file ``path`` (and its ``-cert.pub``), as asyncssh loads them; the ones
-    loaded earlier while they are still held and the files' content has not changed since."""
+    loaded earlier while they are still held and the files' content has not changed since, or
+    being loaded now for another connection of the same event loop."""
     digest = _key_digest(path)
     cached = _LOADED_KEYS.get(path)
     if cached is not None and cached[0] == digest:
         held = [ref() for ref in cached[1]]
         if all(key is not None for key in held):
             return held
-    # In a thread, as asyncssh loads them: an RSA key's check takes a while.
-    keys = await asyncio.to_thread(asyncssh.load_keypairs, path)
+    loading = _LOADING.get((path, digest))
+    if loading is None or loading.get_loop() is not asyncio.get_running_loop():
+        # In a thread, as asyncssh loads them: an RSA key's check takes a while.
+        loading = _LOADING[path, digest] = asyncio.ensure_future(_load_keys(path, digest))
+        loading.add_done_callback(functools.partial(_loaded, (path, digest)))
+    # Shielded: a connection given up (its deadline, Ctrl-C) leaves the load to the others waiting.
+    return list(await asyncio.shield(loading))
+
+
+async def _load_keys(path: str, digest: bytes) -> list[Any]:
+    keys = list(await asyncio.to_thread(asyncssh.load_keypairs, path))
     _LOADED_KEYS[path] = (digest, [weakref.ref(key) for key in keys])
-    return list(keys)
+    return keys
+
+
+def _loaded(key: tuple[str, bytes], task: asyncio.Task[list[Any]]) -> None:
+    if _LOADING.get(key) is task:
+        del _LOADING[key]
+    if not task.cancelled():
+        task.exception()  # retrieved: each waiter has it raised; none is left to be logged
 
 
 def _key_digest(path: str) -> bytes:
