@@ -233,12 +233,17 @@ _FLAG_VALUE = (
 ``$'...'`` (going on after the ``'\\''`` of ``set``), to the closing quote or the end of the line, or
 bare, with backslash-escaped characters (``a\\ b``)."""
 _ITEM = r"""(?!\[REDACTED:[a-z0-9-]{1,32}\](?:[\s,\]]|\Z))[^\s"'\\,\]]++"""
-_OPTION_VALUE = _FLAG_VALUE.replace(
+_ITEM_PREFIX = r"""(?(v27)(?:[bBuUrRfF]{1,2}+(?=["']))?)"""
+"""A string prefix before a list item's quote, as Python prints one (``b'x'``, ``u'x'``, ``r"x"``): the
+value is the quoted text after it."""
+_OPTION_VALUE = rf"(?!,{_GAP}*+\[REDACTED:[a-z0-9-]{{1,32}}\])" + _ITEM_PREFIX + _FLAG_VALUE.replace(
     r"""(?P<v3>(?:""", rf"""(?P<v3>(?(v27){_ITEM}|(?(v28){_ITEM}|(?(v29){_ITEM}|(?:""").replace(
     r"""\\[^\n])+))""", r"""\\[^\n])+)))))""")
 """An option's value, which after a comma (an argv list's ``"--password", "x"``), or after an option
 right after a ``[`` or a ``,`` (``[--password x]``, a usage line's), is a list's item: a bare one ends
-at a ``,`` or ``]``, and is never a mask (masking ``[REDACTED:x]`` again would leave its ``]``)."""
+at a ``,`` or ``]``, and is never a mask (masking ``[REDACTED:x]`` again would leave its ``]``), nor is
+a comma before a mask (``[--password , [REDACTED:x]]``, where the comma is no list's); a quoted one may
+have a prefix (``b'x'``)."""
 _KEY_TAIL = "(?:_[A-Za-z0-9_]{0,64}+)?"
 """More of an identifier after a keyword (``DB_PASSWORD_PROD``): bounded, so a run of ``pass_pass_...``
 is not read again from each of its keywords."""
@@ -286,10 +291,12 @@ def _option(keyword: str) -> str:
     after a lookbehind (``(?<=-api-)key``).
 
     The name may be quoted (``"--password" x``, ``'--token' x``); quoted with its value
-    (``"--password=a b"``), the value is one word to the closing quote, blanks and all."""
+    (``"--password=a b"``), the value is one word to the closing quote, blanks and all. In an argv
+    list the value is the next item, after a comma and blanks of any kind on either side of it."""
     name = rf"-(?:[A-Za-z0-9]+-)*+(?i:{keyword})"
     return (rf"""-(?<![A-Za-z0-9-]-)(?:(?<=[\[,]-)(?P<v28>)|(?<=[\[,][ \t]-)(?P<v29>))?{name}"""
-            rf"""(?:["']?[ \t]+|(?:["']|(?(v28)|(?(v29)|(?!))))[ \t]*+,[ \t]*+(?P<v27>))(?!-){_OPTION_VALUE}"""
+            rf"""(?P<v30>["'])?{_GAP}*+(?:(?(v30)|(?(v28)|(?(v29)|(?!)))),{_GAP}*+(?P<v27>)"""
+            rf"""|(?<={_GAP}))(?!-){_OPTION_VALUE}"""
             rf"""|"-{name}=(?P<v25>(?:[^"\\\n]++|\\[^\n]?)++)"?"""
             rf"""|'-{name}=(?P<v26>(?:[^'\\\n]++|\\[^\n]?|'\\'')++)'?""")
 

@@ -795,7 +795,8 @@ ADVERSARIAL = ["sk-", "sk-ant-", "eyJ", "eyJ-", "AKIA", "ghp_", "xoxb-", "Bearer
                "<password >", "<password>\n", "<a_password", "<password\n a='1'>", "<![CDATA[\n", "<token>\n  ",
                "<a.b.c", "<password>\n  x_token\n", "password: [", 'password: ["', "password: [[", "a/",
                "db/password: ", "/password=", '"/password": ', '"--password=', "'--token' ",
-               "hooks.slack.com:1/services/", "hooks.slack.com\\/services\\/"]
+               "hooks.slack.com:1/services/", "hooks.slack.com\\/services\\/", "[b'--password', b'",
+               '"--password" , ', "--token\u00a0,\u00a0"]
 
 
 @settings(max_examples=60, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -1173,6 +1174,7 @@ def test_paths_logs_and_proc_files_are_unchanged(redactor: Redactor, text: str) 
 @pytest.mark.parametrize("text", [
     "[--password, abc]", "[--password abc]", "[--password PASS] [--token TOKEN]", '["mysql", "--password", "x"]',
     "mysql --password abc", "x --password=abc y", "sshpass -p abc ssh h", "[--password, x, --token, y]",
+    "[b'--password', b'x']", '[ "--password" , "x" ]', "[--password ,\u00a0x]", "[--password , x]",
 ])
 def test_masking_masked_text_again_changes_nothing(text: str) -> None:
     """The live view masks each line once more after collapsing its carriage returns: a mask must
@@ -1180,3 +1182,34 @@ def test_masking_masked_text_again_changes_nothing(text: str) -> None:
     once = REDACTOR.redact(text + "\n")
     assert "[REDACTED:" in once
     assert REDACTOR.redact(once) == once
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("[b'false', b'--password', b'S3cret']", "[b'false', b'--password', b'[REDACTED:password]']"),
+    ("[u'--password', u'S3cret']", "[u'--password', u'[REDACTED:password]']"),
+    ('[r"--password", r"S3cret"]', '[r"--password", r"[REDACTED:password]"]'),
+    ("[rb'--token', Rb'S3cret']", "[rb'--token', Rb'[REDACTED:token]']"),
+    ("[b'--password', 'S3cret']", "[b'--password', '[REDACTED:password]']"),
+    ("['--password', b'S3cret']", "['--password', b'[REDACTED:password]']"),
+    ("[--password, b'S3cret']", "[--password, b'[REDACTED:password]']"),
+    ("['--password', bS3cret]", "['--password', [REDACTED:password]]"),
+])
+def test_an_argv_item_with_a_prefix_is_masked_after_the_prefix(text: str, shown: str) -> None:
+    """Python prints bytes arguments as ``b'x'`` (and may show ``u'x'``, ``r"x"``): the quoted item after
+    the prefix is the option's value."""
+    assert _whole_and_streamed(text) == shown
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ('[ "--password" , "S3cret" ]', '[ "--password" , "[REDACTED:password]" ]'),
+    ("[ '--token'  ,  'S3cret' ]", "[ '--token'  ,  '[REDACTED:token]' ]"),
+    ('["--password",\u00a0"S3cret"]', '["--password",\u00a0"[REDACTED:password]"]'),
+    ('["--password"\u3000,\u2003"S3cret"]', '["--password"\u3000,\u2003"[REDACTED:password]"]'),
+    ("[--password\u00a0, S3cret]", "[--password\u00a0, [REDACTED:password]]"),
+    ("[x, --api-key ,\u00a0S3cret, y]", "[x, --api-key ,\u00a0[REDACTED:api-key], y]"),
+    ('app "--password" S3cret', 'app "--password" [REDACTED:password]'),
+    ("mycli --password ,S3cret", "mycli --password [REDACTED:password]"),
+])
+def test_blanks_around_an_argv_lists_comma_are_blanks(text: str, shown: str) -> None:
+    assert _whole_and_streamed(text) == shown
+
