@@ -205,12 +205,19 @@ _PATH_SEP = rf"""["']?{_BLANK}*[:\uff1a](?={_BLANK}|\n){_BLANK}*"""
 """The separator of YAML's ``db/password: x``: a colon and a blank (or the end of the line, its value
 being on the next); a colon with no blank after a path is a path's (``-v ./password:/run/password``)."""
 
+_DOTS = r"""(?m:^)[ \t]*+(?:-[ \t]++)?["']?(?:[A-Za-z0-9_-]++\.)+?"""
+"""The parts of a dotted key before its keyword (``db.``, ``spring.datasource.``) at the start of a line,
+where a ``.properties`` file or YAML writes a key: tried once per line, each part read once."""
+_DOTS_TAIL = r"(?:\.[A-Za-z0-9_]{1,32}+){0,4}+"
+"""More of such a key after its keyword (``db.password.prod``)."""
+
 
 def _keyed(keyword: str, slashed: str, value: str = _VALUE) -> str:
     """A key ending in ``keyword`` and its value, the text of an XML element named by it, or a sibling
     value; an element named by it that starts with ``<``; or a key whose keyword follows a ``/``
     (``slashed``, the same keyword after that ``/``), with a separator of ``_SLASH_SEP``, or after
-    the folders of a relative path at a line's start (``_PATH``) with a colon and a blank.
+    the folders of a relative path at a line's start (``_PATH``) with a colon and a blank; or a dotted
+    key with a part before the keyword at a line's start (``_DOTS``), with a colon and a blank.
 
     A sibling value follows a name that holds the keyword or a path to it (``{"name": "/prod/db/password",
     "value": "x"}``). The three kinds of key share one ``value`` (a group name may appear once in an
@@ -219,7 +226,7 @@ def _keyed(keyword: str, slashed: str, value: str = _VALUE) -> str:
     every one of its places, so each branch tried there counts)."""
     return (rf"(?:(?:(?:{keyword}(?P<vk>)|{slashed}{_SLASHED_TAIL})"
             rf"(?:(?(vk)(?:{_SEP}|{_KEY_PATH}{_SLASH_SEP}|{_XML}(?P<v0>))|{_SLASH_SEP})|(?:{_SIBLING})(?P<vs>))"
-            rf"|{_PATH}{slashed}{_PATH_TAIL}{_PATH_SEP})(?(v0)|(?(vs)|{value}))"
+            rf"|{_PATH}{slashed}{_PATH_TAIL}{_PATH_SEP}|{_DOTS}{keyword}{_DOTS_TAIL}{_PATH_SEP})(?(v0)|(?(vs)|{value}))"
             rf"|<{_TAG_PREFIX}{keyword}{_XML_TAG})")
 
 

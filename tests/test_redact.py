@@ -410,6 +410,7 @@ SECRET_FRAGMENTS = [
     '"/prod/db/password": "pw0rd9"',
     "DB/PASSWORD=pw0rd9",
     "\ndb/password/v2: pw0rd9",
+    "\napp.db.password.v2: pw0rd9",
     '"/db/password/current": "pw0rd9"',
     "DB_TOKEN.prod=pw0rd9",
     "client_secrets: [pw0rd9]",
@@ -796,7 +797,7 @@ ADVERSARIAL = ["sk-", "sk-ant-", "eyJ", "eyJ-", "AKIA", "ghp_", "xoxb-", "Bearer
                "<a.b.c", "<password>\n  x_token\n", "password: [", 'password: ["', "password: [[", "a/",
                "db/password: ", "/password=", '"/password": ', '"--password=', "'--token' ",
                "hooks.slack.com:1/services/", "hooks.slack.com\\/services\\/", "[b'--password', b'",
-               '"--password" , ', "--token\u00a0,\u00a0"]
+               "a.password.b: ", "a.", '"--password" , ', "--token\u00a0,\u00a0"]
 
 
 @settings(max_examples=60, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -1166,6 +1167,7 @@ PROC_STATUS = (
     "ls: cannot access '/srv/app/password/old': No such file or directory",
     'tokens: 512\n{"usage": {"input_tokens": 12, "output_tokens": 345}}\nmax_tokens=4096 total_tokens: 1.5',
     "tokenizer: bpe\nSECRETARY=x\nkeys: x",
+    "cat: db.password.prod: No such file or directory\npassword.txt: ASCII text\ntoken.json: JSON data",
 ])
 def test_paths_logs_and_proc_files_are_unchanged(redactor: Redactor, text: str) -> None:
     assert redactor.redact(text) == text
@@ -1211,5 +1213,22 @@ def test_an_argv_item_with_a_prefix_is_masked_after_the_prefix(text: str, shown:
     ("mycli --password ,S3cret", "mycli --password [REDACTED:password]"),
 ])
 def test_blanks_around_an_argv_lists_comma_are_blanks(text: str, shown: str) -> None:
+    assert _whole_and_streamed(text) == shown
+
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("db.password.prod: S3cret", "db.password.prod: [REDACTED:password]"),
+    ("spring.datasource.password.prod: S3cret", "spring.datasource.password.prod: [REDACTED:password]"),
+    ("  app.db.secret.v2 : S3cret # c", "  app.db.secret.v2 : [REDACTED:secret] # c"),
+    ("- db.api_key.prod: S3cret", "- db.api_key.prod: [REDACTED:api-key]"),
+    ('"db.password.prod": S3cret', '"db.password.prod": [REDACTED:password]'),
+    ("db.password.prod:\n  S3cret\n", "db.password.prod:\n  [REDACTED:password]\n"),
+    ("a-b.c.token.x.y.z.w: S3cret", "a-b.c.token.x.y.z.w: [REDACTED:token]"),
+    ("db.password: S3cret", "db.password: [REDACTED:password]"),
+])
+def test_a_dotted_key_before_a_colon_at_a_lines_start_is_a_key(text: str, shown: str) -> None:
+    """``.properties`` files and Spring's YAML write a key as a dotted name before a colon: as for a
+    relative path, at a line's start (``cat: db.password.prod: No such file`` is an error message)."""
     assert _whole_and_streamed(text) == shown
 
