@@ -239,7 +239,7 @@ _FLAG_VALUE = (
 """The value of a command-line option, as shells quote it: ``"..."`` (with ``\\"``), ``'...'`` and
 ``$'...'`` (going on after the ``'\\''`` of ``set``), to the closing quote or the end of the line, or
 bare, with backslash-escaped characters (``a\\ b``)."""
-_ITEM = r"""(?!\[REDACTED:[a-z0-9-]{1,32}\](?:[\s,\]]|\Z))[^\s"'\\,\]]++"""
+_ITEM = r"""(?!\[REDACTED:[a-z0-9-]{1,32}\](?:[\s,\]"']|\Z))[^\s"'\\,\]]++"""
 _ITEM_PREFIX = r"""(?(v27)(?:[bBuUrRfF]{1,2}+(?=["']))?)"""
 """A string prefix before a list item's quote, as Python prints one (``b'x'``, ``u'x'``, ``r"x"``): the
 value is the quoted text after it."""

@@ -1177,6 +1177,7 @@ def test_paths_logs_and_proc_files_are_unchanged(redactor: Redactor, text: str) 
     "[--password, abc]", "[--password abc]", "[--password PASS] [--token TOKEN]", '["mysql", "--password", "x"]',
     "mysql --password abc", "x --password=abc y", "sshpass -p abc ssh h", "[--password, x, --token, y]",
     "[b'--password', b'x']", '[ "--password" , "x" ]', "[--password ,\u00a0x]", "[--password , x]",
+    "[b'--password', b'", '"--password" , 1"--password" , 1',
 ])
 def test_masking_masked_text_again_changes_nothing(text: str) -> None:
     """The live view masks each line once more after collapsing its carriage returns: a mask must
