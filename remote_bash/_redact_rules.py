@@ -67,11 +67,14 @@ _ATTR = rf"""{_TAG_BLANK}++[A-Za-z_:][-A-Za-z0-9_.:]*+=(?:"[^"<>\n]*+"|'[^'<>\n]
 _TAG_PREFIX = r"[-A-Za-z0-9_.:]{0,64}?"
 """What of an element's name may stand between its ``<`` and the keyword (``db:``, ``jdbc.``): bounded,
 so a name is tried from at most so many places."""
+_DOTS_TAIL = r"(?:\.[A-Za-z0-9_]{1,32}+){0,4}+"
+"""More of a dotted name after its keyword (``db.password.prod``, ``<db.password.prod>``): bounded, so a
+run of dotted keywords is not read again from each."""
 _TAG_KEYWORD = (
     r"(?i:pass(?:word|wd|phrase)?s?|sshpass|pwd|secret(?:[_-]?key)?|secret_?access_?key|private[_-]?key"
     r"|key[_-]data|token|api[_-]?key)(?:_[A-Za-z0-9_]{0,64}+)?"
 )
-_XOPEN_END = rf"<{_TAG_PREFIX}{_TAG_KEYWORD}(?:{_ATTR})*+[ \t]*>[ \t]*+(?:<!\[CDATA\[)?[ \t\r]*+"
+_XOPEN_END = rf"<{_TAG_PREFIX}{_TAG_KEYWORD}{_DOTS_TAIL}(?:{_ATTR})*+[ \t]*>[ \t]*+(?:<!\[CDATA\[)?[ \t\r]*+"
 """The end of a line whose element's text may start on the next line: a start tag whose name ends in
 a keyword (of any rule), maybe the start of a CDATA section, and nothing after them."""
 _NOT_OPEN = rf"(?![^\n]*(?:{_OPEN_END}|{_XOPEN_END})(?:\n|\Z))"
@@ -163,12 +166,14 @@ the rules that reach over a newline to a value: the stream holds a line that end
 (``_XOPEN_END``) or in a keyword (``_NAME_END``) until the next one is complete."""
 
 
-_SIBLING = (
+_SIBLING_LINE = (
     r"""["'](?:[ \t]+(?i:value)[ \t]*=[ \t]*(?:"(?P<v8>[^"\n]++)"?|'(?P<v9>[^'\n]++)'?)"""
     r"""|[ \t]*>(?P<v10>[^<>\n]++)(?=</))"""
     r"""|"[ \t]*,[ \t]*(?:"[A-Za-z]{1,32}+"[ \t]*:[ \t]*(?:"[^"\\\n]{0,128}+"|[0-9a-z]{1,16}+)[ \t]*,[ \t]*){0,3}"""
     r""""(?i:value)"[ \t]*:[ \t]*"(?P<v11>(?:[^"\\\n]++|\\[^\n]?)++)"?"""
-    rf"""|["']?[ \t\r]{{0,{_NAME_BLANKS}}}\n[ \t]++(?i:value)[ \t]*:[ \t]*"""
+)
+_SIBLING_NEXT = (
+    rf"""["']?[ \t\r]{{0,{_NAME_BLANKS}}}\n[ \t]++(?i:value)[ \t]*:[ \t]*"""
     rf"""{_NOT_OPEN}(?![^\n]*?{_NAME_END}(?:\n|\Z))"""
     r"""["']?(?P<v12>[^\s"']++(?:[ \t]+[^\s"']++)*+)"""
 )
@@ -178,8 +183,9 @@ value="x"/>``) or its text (``<entry key="password">x</entry>``, up to a closing
 "password">out`` is a redirection), the next member of a JSON object (``{"name": "DB_PASSWORD",
 "value": "x"}``, also past up to three members between, as in AWS SSM's ``{"Name": "/db/password", "Type":
 "SecureString", "Value": "x"}``), or a YAML ``value:`` on the next, indented line (a Kubernetes container's
-``- name: DB_PASSWORD``). The last is the third rule that reaches over a newline: the stream holds a
-line that ends in a keyword until the next one is complete (``_NAME_END``)."""
+``- name: DB_PASSWORD``, ``_SIBLING_NEXT``). The last is the third rule that reaches over a newline:
+the stream holds a line that ends in a keyword until the next one is complete (``_NAME_END``). On the
+name's own line, the name may go on after the keyword as a dotted name (``db.password.prod``)."""
 _SEPARATORS = r"(?:=>|:=|==|[:=\uff1a\uff1d])"
 _SLASH_SEP = (
     rf"""(?:{_BLANK}*(?:=>|:=|==|[=\uff1d])|"{_BLANK}*{_SEPARATORS}|'{_BLANK}*{_SEPARATORS}(?={_BLANK}*\$?["'])){_BLANK}*"""
@@ -208,8 +214,6 @@ being on the next); a colon with no blank after a path is a path's (``-v ./passw
 _DOTS = r"""(?m:^)[ \t]*+(?:-[ \t]++)?["']?(?:[A-Za-z0-9_-]++\.)+?"""
 """The parts of a dotted key before its keyword (``db.``, ``spring.datasource.``) at the start of a line,
 where a ``.properties`` file or YAML writes a key: tried once per line, each part read once."""
-_DOTS_TAIL = r"(?:\.[A-Za-z0-9_]{1,32}+){0,4}+"
-"""More of such a key after its keyword (``db.password.prod``)."""
 
 
 def _keyed(keyword: str, slashed: str, value: str = _VALUE) -> str:
@@ -225,9 +229,9 @@ def _keyed(keyword: str, slashed: str, value: str = _VALUE) -> str:
     sibling value ``vs``, after which no separated value follows (a line with a keyword is matched at
     every one of its places, so each branch tried there counts)."""
     return (rf"(?:(?:(?:{keyword}(?P<vk>)|{slashed}{_SLASHED_TAIL})"
-            rf"(?:(?(vk)(?:{_SEP}|{_KEY_PATH}{_SLASH_SEP}|{_XML}(?P<v0>))|{_SLASH_SEP})|(?:{_SIBLING})(?P<vs>))"
+            rf"(?:(?(vk)(?:{_SEP}|{_KEY_PATH}{_SLASH_SEP}|{_XML}(?P<v0>))|{_SLASH_SEP})|(?:(?(vk){_DOTS_TAIL})(?:{_SIBLING_LINE})|{_SIBLING_NEXT})(?P<vs>))"
             rf"|{_PATH}{slashed}{_PATH_TAIL}{_PATH_SEP}|{_DOTS}{keyword}{_DOTS_TAIL}{_PATH_SEP})(?(v0)|(?(vs)|{value}))"
-            rf"|<{_TAG_PREFIX}{keyword}{_XML_TAG})")
+            rf"|<{_TAG_PREFIX}{keyword}{_DOTS_TAIL}{_XML_TAG})")
 
 
 _ASSIGNED = ("v1", "v2", "v23", "v24", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12",

@@ -411,6 +411,8 @@ SECRET_FRAGMENTS = [
     "DB/PASSWORD=pw0rd9",
     "\ndb/password/v2: pw0rd9",
     "\napp.db.password.v2: pw0rd9",
+    '{"name": "db.password.prod", "value": "pw0rd9"}',
+    "<db.token.v2>pw0rd9</db.token.v2>",
     '"/db/password/current": "pw0rd9"',
     "DB_TOKEN.prod=pw0rd9",
     "client_secrets: [pw0rd9]",
@@ -797,7 +799,8 @@ ADVERSARIAL = ["sk-", "sk-ant-", "eyJ", "eyJ-", "AKIA", "ghp_", "xoxb-", "Bearer
                "<a.b.c", "<password>\n  x_token\n", "password: [", 'password: ["', "password: [[", "a/",
                "db/password: ", "/password=", '"/password": ', '"--password=', "'--token' ",
                "hooks.slack.com:1/services/", "hooks.slack.com\\/services\\/", "[b'--password', b'",
-               "a.password.b: ", "a.", '"--password" , ', "--token\u00a0,\u00a0"]
+               "a.password.b: ", "a.", '"--password" , ', "--token\u00a0,\u00a0", "<a.password.b.",
+               '"a.password.b", "value": "']
 
 
 @settings(max_examples=60, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -1231,5 +1234,19 @@ def test_blanks_around_an_argv_lists_comma_are_blanks(text: str, shown: str) -> 
 def test_a_dotted_key_before_a_colon_at_a_lines_start_is_a_key(text: str, shown: str) -> None:
     """``.properties`` files and Spring's YAML write a key as a dotted name before a colon: as for a
     relative path, at a line's start (``cat: db.password.prod: No such file`` is an error message)."""
+    assert _whole_and_streamed(text) == shown
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ('{"name": "db.password.prod", "value": "S3cret"}', '{"name": "db.password.prod", "value": "[REDACTED:password]"}'),
+    ('<add key="db.password.prod" value="S3cret"/>', '<add key="db.password.prod" value="[REDACTED:password]"/>'),
+    ('<entry key="app.token.v2">S3cret</entry>', '<entry key="app.token.v2">[REDACTED:token]</entry>'),
+    ("<db.password.prod>S3cret</db.password.prod>", "<db.password.prod>[REDACTED:password]</db.password.prod>"),
+    ('<app.secret.key id="1"><![CDATA[S3cret]]></app.secret.key>',
+     '<app.secret.key id="1"><![CDATA[[REDACTED:secret]]]></app.secret.key>'),
+    ("<db.password.prod>\n  S3cret\n</db.password.prod>",
+     "<db.password.prod>\n  [REDACTED:password]\n</db.password.prod>"),
+])
+def test_a_dotted_name_with_the_keyword_inside_names_its_value(text: str, shown: str) -> None:
     assert _whole_and_streamed(text) == shown
 
