@@ -1250,3 +1250,14 @@ def test_a_dotted_key_before_a_colon_at_a_lines_start_is_a_key(text: str, shown:
 def test_a_dotted_name_with_the_keyword_inside_names_its_value(text: str, shown: str) -> None:
     assert _whole_and_streamed(text) == shown
 
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ('{"name": "DB_PASSWORD", "value":\u00a0"S3cret"}', '{"name": "DB_PASSWORD", "value":\u00a0"[REDACTED:password]"}'),
+    ('{"name": "DB_PASSWORD",\u00a0"value": "S3cret"}', '{"name": "DB_PASSWORD",\u00a0"value": "[REDACTED:password]"}'),
+    ('{"Name": "/db/token",\u2002"Type":\u00a0"SecureString"\u3000,\ufeff"Value"\u00a0:\u00a0"S3cret"}',
+     '{"Name": "/db/token",\u2002"Type":\u00a0"SecureString"\u3000,\ufeff"Value"\u00a0:\u00a0"[REDACTED:token]"}'),
+])
+def test_a_unicode_blank_between_a_names_and_its_values_members_is_a_blank(text: str, shown: str) -> None:
+    assert _whole_and_streamed(text) == shown
+
