@@ -169,8 +169,10 @@ the rules that reach over a newline to a value: the stream holds a line that end
 _SIBLING_LINE = (
     r"""["'](?:[ \t]+(?i:value)[ \t]*=[ \t]*(?:"(?P<v8>[^"\n]++)"?|'(?P<v9>[^'\n]++)'?)"""
     r"""|[ \t]*>(?P<v10>[^<>\n]++)(?=</))"""
-    rf"""|"{_GAP}*+,{_GAP}*+(?:"[A-Za-z]{{1,32}}+"{_GAP}*+:{_GAP}*+(?:"[^"\\\n]{{0,128}}+"|[0-9a-z]{{1,16}}+){_GAP}*+,{_GAP}*+){{0,3}}"""
-    rf""""(?i:value)"{_GAP}*+:{_GAP}*+"(?P<v11>(?:[^"\\\n]++|\\[^\n]?)++)"?"""
+    rf"""|["']{_GAP}*+,{_GAP}*+(?:(?:"[A-Za-z]{{1,32}}+"|'[A-Za-z]{{1,32}}+'){_GAP}*+:{_GAP}*+"""
+    rf"""(?:"[^"\\\n]{{0,128}}+"|'[^'\\\n]{{0,128}}+'|[0-9a-z]{{1,16}}+){_GAP}*+,{_GAP}*+){{0,3}}"""
+    rf"""(?:"(?i:value)"|'(?i:value)'){_GAP}*+:{_GAP}*+"""
+    r"""(?:"(?P<v11>(?:[^"\\\n]++|\\[^\n]?)++)"?|'(?P<v31>(?:[^'\\\n]++|\\[^\n]?)++)'?)"""
 )
 _SIBLING_NEXT = (
     rf"""["']?[ \t\r]{{0,{_NAME_BLANKS}}}\n[ \t]++(?i:value)[ \t]*:[ \t]*"""
@@ -182,7 +184,8 @@ element's next attribute (``<add key="DbPassword" value="x"/>``, ``<property nam
 value="x"/>``) or its text (``<entry key="password">x</entry>``, up to a closing tag: ``echo
 "password">out`` is a redirection), the next member of a JSON object (``{"name": "DB_PASSWORD",
 "value": "x"}``, also past up to three members between, as in AWS SSM's ``{"Name": "/db/password", "Type":
-"SecureString", "Value": "x"}``), or a YAML ``value:`` on the next, indented line (a Kubernetes container's
+"SecureString", "Value": "x"}``, or as Python prints a dict, ``{'name': 'DB_PASSWORD', 'value': 'x'}``),
+or a YAML ``value:`` on the next, indented line (a Kubernetes container's
 ``- name: DB_PASSWORD``, ``_SIBLING_NEXT``). The last is the third rule that reaches over a newline:
 the stream holds a line that ends in a keyword until the next one is complete (``_NAME_END``). On the
 name's own line, the name may go on after the keyword as a dotted name (``db.password.prod``)."""
@@ -234,7 +237,7 @@ def _keyed(keyword: str, slashed: str, value: str = _VALUE) -> str:
             rf"|<{_TAG_PREFIX}{keyword}{_DOTS_TAIL}{_XML_TAG})")
 
 
-_ASSIGNED = ("v1", "v2", "v23", "v24", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12",
+_ASSIGNED = ("v1", "v2", "v23", "v24", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v31", "v12",
              "v16", "v17", "v18", "v19", "v20", "v21", "v22")
 _FLAG_VALUE = (
     r"""(?:"(?P<v1>(?:[^"\\\n]+|\\[^\n]?)+)"?|\$?'(?P<v2>(?:[^'\\\n]+|\\[^\n]?|'\\'')+)'?"""

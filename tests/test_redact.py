@@ -413,6 +413,7 @@ SECRET_FRAGMENTS = [
     "\napp.db.password.v2: pw0rd9",
     '{"name": "db.password.prod", "value": "pw0rd9"}',
     "<db.token.v2>pw0rd9</db.token.v2>",
+    "{'name': 'api_key', 'Type': 'x', 'value': 'pw0rd9'}",
     '"/db/password/current": "pw0rd9"',
     "DB_TOKEN.prod=pw0rd9",
     "client_secrets: [pw0rd9]",
@@ -800,7 +801,7 @@ ADVERSARIAL = ["sk-", "sk-ant-", "eyJ", "eyJ-", "AKIA", "ghp_", "xoxb-", "Bearer
                "db/password: ", "/password=", '"/password": ', '"--password=', "'--token' ",
                "hooks.slack.com:1/services/", "hooks.slack.com\\/services\\/", "[b'--password', b'",
                "a.password.b: ", "a.", '"--password" , ', "--token\u00a0,\u00a0", "<a.password.b.",
-               '"a.password.b", "value": "']
+               '"a.password.b", "value": "', "{'name': 'DB_PASSWORD', 'value': '", "'x': 'y', "]
 
 
 @settings(max_examples=60, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -1259,5 +1260,17 @@ def test_a_dotted_name_with_the_keyword_inside_names_its_value(text: str, shown:
      '{"Name": "/db/token",\u2002"Type":\u00a0"SecureString"\u3000,\ufeff"Value"\u00a0:\u00a0"[REDACTED:token]"}'),
 ])
 def test_a_unicode_blank_between_a_names_and_its_values_members_is_a_blank(text: str, shown: str) -> None:
+    assert _whole_and_streamed(text) == shown
+
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("{'name': 'DB_PASSWORD', 'value': 'S3cret'}", "{'name': 'DB_PASSWORD', 'value': '[REDACTED:password]'}"),
+    ("{'Name': '/db/token', 'Type': 'SecureString', 'Version': 3, 'Value': 'S3cret'}",
+     "{'Name': '/db/token', 'Type': 'SecureString', 'Version': 3, 'Value': '[REDACTED:token]'}"),
+    ("{'name': 'DB_PASSWORD', 'value': \"it's\"}", "{'name': 'DB_PASSWORD', 'value': \"[REDACTED:password]\"}"),
+    ("{'name': 'api_key', 'value': 'S3\\'cret'}", "{'name': 'api_key', 'value': '[REDACTED:api-key]'}"),
+])
+def test_a_name_and_value_pair_printed_as_a_python_dict_is_masked(text: str, shown: str) -> None:
     assert _whole_and_streamed(text) == shown
 
