@@ -349,10 +349,13 @@ _RULES: tuple[_Rule, ...] = (
     # Bot, user and app tokens (xoxb-, xoxp-, xapp-1-...), and the secret path of a webhook URL.
     _Rule("slack-token", _token("x", rf"(?:ox[baprs]|app)-(?:[A-Za-z0-9]|{_DASH}){{10,}}"), (r"xox[baprs]-", "xapp-")),
     # The host in any case, maybe with a trailing dot, a port (hooks.slack.com:443) or an empty one;
-    # JSON may write each slash as "\/"; a slash may be doubled or a "/./" stand before the path.
+    # JSON may write each slash as "\/". A client resolves "." and ".." segments before it sends the
+    # path: up to eight segments of any name may stand before it ("//", "/./", "/x/../"), and the
+    # secret runs on over "./" and "../" inside it.
     _Rule("slack-webhook",
-          r"[Kk](?<=(?i:hooks\.slack))\.(?i:com)\.?(?::[0-9]{0,5})?\\?/(?:\\?/|\.\\?/){0,8}+"
-          r"(?:services|workflows|triggers)\\?/(?P<v1>(?:[A-Za-z0-9_/-]|\\/){8,})",
+          r"[Kk](?<=(?i:hooks\.slack))\.(?i:com)\.?(?::[0-9]{0,5})?\\?/"
+          r"(?:(?!(?:services|workflows|triggers)\\?/)[A-Za-z0-9_.~-]{0,64}+\\?/){0,8}+"
+          r"(?:services|workflows|triggers)\\?/(?P<v1>(?:[A-Za-z0-9_/-]|\\/|\.{1,2}+\\?/){8,})",
           _either_case("k", r"(?<=(?i:hooks\.slack))\.(?i:com)\.?[:/\\]"), ("v1",)),
     _Rule("anthropic-api-key", _token("s", rf"k-ant-{_WORD}{{20,}}"), (r"k(?<=sk)-",)),
     # Secret and restricted keys, live and test, and webhook signing secrets.

@@ -427,6 +427,7 @@ SECRET_FRAGMENTS = [
     "https:\\/\\/hooks.slack.com\\/services\\/T0\\/B0\\/pw0rd9",
     "hooks.slack.com:443/services/T0/B0/pw0rd9",
     "HOOKS.Slack.COM.:/.//services/T0/B0/pw0rd9",
+    "hooks.slack.com/x/../services/./T0/../B0/pw0rd9",
     pem("RSA PRIVATE KEY"),
     pem("PGP PRIVATE KEY BLOCK", "abc\n"),
     "-----BEGIN EC PRIVATE KEY-----\n",
@@ -801,7 +802,8 @@ ADVERSARIAL = ["sk-", "sk-ant-", "eyJ", "eyJ-", "AKIA", "ghp_", "xoxb-", "Bearer
                "db/password: ", "/password=", '"/password": ', '"--password=', "'--token' ",
                "hooks.slack.com:1/services/", "hooks.slack.com\\/services\\/", "[b'--password', b'",
                "a.password.b: ", "a.", '"--password" , ', "--token\u00a0,\u00a0", "<a.password.b.",
-               '"a.password.b", "value": "', "{'name': 'DB_PASSWORD', 'value': '", "'x': 'y', "]
+               '"a.password.b", "value": "', "{'name': 'DB_PASSWORD', 'value': '", "'x': 'y', ",
+               "hooks.slack.com/x/../", "hooks.slack.com/services/./", "../"]
 
 
 @settings(max_examples=60, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -1272,5 +1274,26 @@ def test_a_unicode_blank_between_a_names_and_its_values_members_is_a_blank(text:
     ("{'name': 'api_key', 'value': 'S3\\'cret'}", "{'name': 'api_key', 'value': '[REDACTED:api-key]'}"),
 ])
 def test_a_name_and_value_pair_printed_as_a_python_dict_is_masked(text: str, shown: str) -> None:
+    assert _whole_and_streamed(text) == shown
+
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("https://hooks.slack.com/x/../services/T0000/B0000/XXXXXXXXXXXX",
+     "https://hooks.slack.com/x/../services/[REDACTED:slack-webhook]"),
+    ("https://hooks.slack.com/services/./T0000/B0000/XXXXXXXXXXXX",
+     "https://hooks.slack.com/services/[REDACTED:slack-webhook]"),
+    ("https://hooks.slack.com/a/b/../../services/T0000/x/../B0000/./XXXXXXXXXXXX",
+     "https://hooks.slack.com/a/b/../../services/[REDACTED:slack-webhook]"),
+    ("https://hooks.slack.com/./../services/../services/T0000/B0000/XXXXXXXXXXXX",
+     "https://hooks.slack.com/./../services/[REDACTED:slack-webhook]"),
+    ('"https:\\/\\/hooks.slack.com\\/x\\/..\\/services\\/.\\/T0000\\/B0000\\/XXXXXXXXXXXX"',
+     '"https:\\/\\/hooks.slack.com\\/x\\/..\\/services\\/[REDACTED:slack-webhook]"'),
+    ("see https://hooks.slack.com/services/T0000/B0000/XXXXXXXXXXXX.",
+     "see https://hooks.slack.com/services/[REDACTED:slack-webhook]."),
+])
+def test_a_slack_webhook_with_dot_segments_in_its_path_is_masked(text: str, shown: str) -> None:
+    """A client resolves ``..`` and ``.`` segments before it sends the path: ``/x/../services/T/B/X``
+    is the webhook's secret path."""
     assert _whole_and_streamed(text) == shown
 
