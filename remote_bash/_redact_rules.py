@@ -261,13 +261,18 @@ have a prefix (``b'x'``)."""
 _KEY_TAIL = "(?:_[A-Za-z0-9_]{0,64}+)?"
 """More of an identifier after a keyword (``DB_PASSWORD_PROD``): bounded, so a run of ``pass_pass_...``
 is not read again from each of its keywords."""
-_COUNT = re.compile(r"""(?i:tokens)(?:_[A-Za-z0-9_]{0,64})?["']?[ \t]*[:=][ \t]*"""
-                    r"""["']?[0-9]{1,32}(?:\.[0-9]{1,32})?["']?[}\])]{0,8}\Z""")
+_NUMBER = r"[0-9]{1,32}+(?:[.,][0-9]{1,32}+){0,8}+[kKmMbB]?+"
+"""A count as a person writes it: ``512``, ``1.5``, ``1,234``, ``12k``, ``1.2M``."""
+_COUNT = re.compile(rf"""(?i:tokens)(?:_[A-Za-z0-9_]{{0,64}})?["']?[ \t]*[:=][ \t]*["']?{_NUMBER}"""
+                    rf"""(?:[ \t]++(?:{_NUMBER}|[A-Za-z]{{1,32}}+|\([A-Za-z]{{1,32}}+\)|[/|+-]))*+"""
+                    r"""["']?[}\])]{0,8}\Z""")
 
 
 def _not_a_count(text: str) -> bool:
     """False for a plural ``tokens`` key whose value is a number (``"total_tokens": 512``, ``max_tokens=4096``,
-    an LLM's usage): a count, not a secret."""
+    an LLM's usage), maybe with a unit and words of letters or more numbers after it (``tokens: 12k``,
+    ``tokens: 400 in, 0 cached``, ``Tokens: 1234 in / 56 out``, as ``run`` prints its use): a count, not a
+    secret. A word with a digit in it after the number (``tokens: 12 S3cret``) is no count's."""
     return _COUNT.search(text) is None
 
 

@@ -1297,3 +1297,22 @@ def test_a_slack_webhook_with_dot_segments_in_its_path_is_masked(text: str, show
     is the webhook's secret path."""
     assert _whole_and_streamed(text) == shown
 
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("tokens: 400 in, 0 cached", "tokens: 400 in, 0 cached"),
+    ("Tokens: 1234 in / 56 out", "Tokens: 1234 in / 56 out"),
+    ("tokens: 12k", "tokens: 12k"),
+    ("tokens: 1,234 in, 0 cached, 5 cache writes", "tokens: 1,234 in, 0 cached, 5 cache writes"),
+    ("total_tokens: 1,234 (in) + 56 (out)", "total_tokens: 1,234 (in) + 56 (out)"),
+    ("token: 400 in", "token: [REDACTED:token]"),
+    ("Token: 12k", "Token: [REDACTED:token]"),
+    ("tokens: 512abc", "tokens: [REDACTED:token]"),
+    ("tokens: 12 S3cret", "tokens: [REDACTED:token]"),
+    ("tokens: 400 in x7", "tokens: [REDACTED:token]"),
+])
+def test_a_count_of_tokens_with_words_after_it_is_a_count(text: str, shown: str) -> None:
+    """A plural ``tokens`` key whose value is a number, maybe with a unit (``12k``), followed by words
+    (``in``, ``out``) or more numbers, is a count as ``run`` prints its use; anything else after it
+    (a word with a digit) is masked."""
+    assert _whole_and_streamed(text) == shown
