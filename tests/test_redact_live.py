@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,33 @@ async def test_a_value_beside_its_name_on_the_next_line_is_masked_when_it_comes_
     async with RemoteBashSession(redact_host) as session:
         result = await session.run(command, timeout=30, on_output=chunks.append)
     assert "".join(chunks) == result.output == "env:\n- name: DB_PASSWORD\n  value: [REDACTED:password]\n- name: X\n"
+
+
+async def test_the_forms_of_the_re_attack_are_masked_in_the_result_and_the_live_output(redact_host: Host) -> None:
+    """What a re-attack of the masking got past it, printed by a real shell: an argv item with a string
+    prefix or blanks around its comma, dotted keys and names, a Unicode blank between JSON members (a
+    no-break space, printed from its UTF-8 bytes), a pair as Python prints a dict, dot segments in a
+    webhook's path; and an LLM's token counts, which stay."""
+    lines = [
+        ("[b'false', b'--password', b'{pw}']", "[b'false', b'--password', b'[REDACTED:password]']"),
+        ('[ "--password" , "{pw}" ]', '[ "--password" , "[REDACTED:password]" ]'),
+        ('["--token",\\302\\240"{pw}"]', '["--token",\u00a0"[REDACTED:token]"]'),
+        ("spring.datasource.password.prod: {pw}", "spring.datasource.password.prod: [REDACTED:password]"),
+        ('{{"name": "db.password.prod", "value": "{pw}"}}',
+         '{"name": "db.password.prod", "value": "[REDACTED:password]"}'),
+        ("<db.password.prod>{pw}</db.password.prod>", "<db.password.prod>[REDACTED:password]</db.password.prod>"),
+        ('{{"name": "DB_PASSWORD", "value":\\302\\240"{pw}"}}',
+         '{"name": "DB_PASSWORD", "value":\u00a0"[REDACTED:password]"}'),
+        ("{{'name': 'DB_PASSWORD', 'value': '{pw}'}}", "{'name': 'DB_PASSWORD', 'value': '[REDACTED:password]'}"),
+        ("https://hooks.slack.com/x/../services/T0/B0/{pw}", "https://hooks.slack.com/x/../services/[REDACTED:slack-webhook]"),
+        ("tokens: 1,234 in, 0 cached", "tokens: 1,234 in, 0 cached"),
+    ]
+    chunks: list[str] = []
+    command = "; ".join(f"printf '%b\\n' {shlex.quote(line.format(pw=PASSWORD))}; sleep 0.05" for line, _ in lines)
+    async with RemoteBashSession(redact_host) as session:
+        result = await session.run(command, timeout=30, on_output=chunks.append)
+    assert PASSWORD not in result.output
+    assert "".join(chunks) == result.output == "".join(f"{shown}\n" for _, shown in lines)
 
 
 async def test_a_yaml_value_on_the_next_line_is_masked_when_it_comes_in_a_later_read(redact_host: Host) -> None:
