@@ -8,7 +8,6 @@ twice.
 - :mod:`.connection`: connect through jump hosts, credentials, exec channels, side commands
 - :mod:`.channel`: the long-lived shell channel the session runs bash on, and input channels
 - :mod:`.sftp`: file operations over SFTP
-- :mod:`.transport`: the first hop's TCP connection, the writes of each loop turn sent together
 - :mod:`.mapping`: asyncssh/socket errors -> remote_bash errors
 - :mod:`.fallback`: a tiny exec-only server for sandboxes on machines without sshd
 """
