@@ -28,7 +28,6 @@ from .channel import Flag, InputChannel, ShellChannel, ShellSession
 from .hostkeys import Client, HostKeyCheck, default_known_hosts
 from .mapping import map_error
 from .sftp import SftpFiles
-from .transport import DirectTCP
 
 __all__ = ["Credentials", "SshConnection", "connect"]
 
@@ -264,9 +263,7 @@ async def _connect_one(host: Host, creds: Credentials, tunnel: asyncssh.SSHClien
         "login_timeout": host.connect_timeout,
         "connect_timeout": host.connect_timeout,
         "config": None,
-        # A first hop goes through DirectTCP: the same TCP connection, with the writes of each
-        # loop turn sent together (see .transport); a later hop travels inside the one before.
-        "tunnel": tunnel if tunnel is not None else _DIRECT,
+        "tunnel": tunnel,
         "encryption_algs": encryption_algs(),
         "preferred_auth": _PREFERRED_AUTH,
         "kbdint_auth": creds.password is not None,
@@ -289,9 +286,6 @@ async def _connect_one(host: Host, creds: Credentials, tunnel: asyncssh.SSHClien
     check.offered = ""  # named only when authentication fails; the check lives as long as the connection
     _share_host_key_algs(conn)
     return conn, check
-
-
-_DIRECT = DirectTCP()
 
 
 def _share_host_key_algs(conn: asyncssh.SSHClientConnection) -> None:
