@@ -237,6 +237,16 @@ class RemoteBashSession:
             result = await session.run("cd /srv && ls", timeout=30)
     """
 
+    # Slots: a fleet holds one session per host open at once, and an instance dictionary of these
+    # thirty-odd names was about 1.5 KiB of each. ``__dict__`` too, made only when something else is
+    # set on a session (a wrapped method, a caller's own tag), so that still works.
+    __slots__ = (
+        "__dict__", "__weakref__", "_allowed", "_audit", "_between", "_call", "_conn", "_credentials", "_deadline",
+        "_driver_left", "_feed", "_first_started", "_gate", "_kill_grace", "_lock", "_lost_shells", "_names",
+        "_orphaned", "_redact_head", "_redact_tail", "_redactor", "_running", "_shell", "_shell_lost", "_shells",
+        "_stopping", "host", "info", "jump_hosts", "last_kill", "operator", "session_id", "state",
+    )
+
     def __init__(
         self,
         host: Host,

@@ -46,6 +46,11 @@ class Credentials(Record):
 class SshConnection:
     """An open SSH connection to one host (possibly through jump hosts)."""
 
+    __slots__ = (  # one per open session
+        "_conn", "_hops", "_sftp", "_sftp_lock", "_sftp_missing", "accepted", "host", "host_key_accepted_new",
+        "host_key_ca", "host_key_fingerprint", "lost", "lost_error", "peer_address",
+    )
+
     def __init__(self, host: Host, conn: asyncssh.SSHClientConnection, hops: list[asyncssh.SSHClientConnection],
                  check: HostKeyCheck, lost: Flag) -> None:
         self.host = host
