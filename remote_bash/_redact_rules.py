@@ -49,12 +49,20 @@ _WORD = rf"(?:[A-Za-z0-9_]|{_DASH})"
 # Only the value is masked; a Bearer/Basic scheme word before it is kept. A quoted value runs
 # to its closing quote, or to the end of the line when that never comes: a value cut short
 # (by the end of what was read so far) is masked to the cut, never shown in part.
-_BLANK = "[ \t\r\u00a0\u2000-\u200d\u2060\u3000\ufeff]"
+_UNICODE_BLANKS = "\u00a0\u1680\u180e\u2000-\u200d\u202f\u205f\u2060\u3000\ufeff"
+"""Unicode's space separators (category Zs, the ASCII space aside: U+00A0, U+1680, U+2000 to U+200A,
+U+202F, U+205F, U+3000) and the invisible characters a terminal shows as nothing or as a blank
+(U+180E, U+200B to U+200D, U+2060, U+FEFF): a blank wherever one is accepted."""
+_BLANK = f"[ \t\r{_UNICODE_BLANKS}]"
 """What may stand around a separator: a carriage return too (``password\\r=x`` shows ``=x`` once
 the line is collapsed, so it is masked before), and the spaces and invisible characters of Unicode."""
-_SEP = rf"""["']?{_BLANK}*(?:=>|:=|==|[:=\uff1a\uff1d]){_BLANK}*"""
-_YAML_PROPS = r"(?:(?:!!?[A-Za-z]*+|&[A-Za-z0-9_-]++)[ \t]+){0,2}"
-"""A YAML tag and anchor before a value (``!!str``, ``&pw``): not the value."""
+_SEP = rf"""["']?{_BLANK}*(?:=>|:=|==|[:=\uff1a\uff1d]){_BLANK}*+"""
+"""A key's closing quote, a separator and the blanks
+around it, those after it taken whole: a blank is never the start of a value (``password:\xa0x``,
+masked, must not be read again as ``password:`` and a value ``\xa0[REDACTED:password]``)."""
+_YAML_PROPS = r"(?:(?:!!?[A-Za-z]*+|&[A-Za-z0-9_-]++)[ \t]++){0,2}+"
+"""A YAML tag and anchor before a value (``!!str``, ``&pw``): not the value. Taken whole, as the blanks
+after a separator are: the tag before a mask is never read as a value (masking twice changes nothing)."""
 _YAML_HEAD = r"(?:(?:[|>][-+0-9]{0,2}|!!?[A-Za-z]*+|&[A-Za-z0-9_-]++)[ \t\r]*){0,3}(?:#[^\n]*+)?"
 """What may follow a YAML key on its line when the value is on the next one: a block scalar's
 header, a tag, an anchor, a comment."""
@@ -98,10 +106,10 @@ it) until the next line is complete. In a command, ``printf 'token:\\n  x'`` spe
 and a tab as escapes: the value after them, up to a quote or a backslash, is masked too."""
 _WORDS = rf"""[^\s"',;&\\-]+|\\[^\n]?|{_DASH}|\r++(?![\s"',;&]|\Z)"""
 """The runs of a bare value (see _VALUE)."""
-_PLAIN = rf"""[^\s,;\\\u00a0\u2000-\u200d\u2060\u3000\ufeff-]+|\\[^\n]?|{_DASH}|\r++(?![\s,;]|\Z)"""
+_PLAIN = rf"""[^\s,;\\{_UNICODE_BLANKS}-]+|\\[^\n]?|{_DASH}|\r++(?![\s,;]|\Z)"""
 """The runs of a value that goes on over its words after a separator and a blank: quotes and ``&``
 are part of it (``it's``, ``salt & pepper``)."""
-_GAP = "[ \t\u00a0\u2000-\u200d\u2060\u3000\ufeff]"
+_GAP = f"[ \t{_UNICODE_BLANKS}]"
 """What stands between the words of such a value: a blank, as around a separator, but not ``\r``."""
 _LIST = (
     r"""\[(?!REDACTED:)(?=[ \t]*+[^\s\]])(?P<v24>(?:[^\]\["'\\\n]++|"(?:[^"\\\n]++|\\[^\n]?)*+"?"""
@@ -167,12 +175,12 @@ the rules that reach over a newline to a value: the stream holds a line that end
 
 
 _SIBLING_LINE = (
-    r"""["'](?:[ \t]+(?i:value)[ \t]*=[ \t]*(?:"(?P<v8>[^"\n]++)"?|'(?P<v9>[^'\n]++)'?)"""
+    rf"""["'](?:{_GAP}+(?i:value){_GAP}*={_GAP}*(?:"(?P<v8>[^"\n]++)"?|'(?P<v9>[^'\n]++)'?)"""
     r"""|[ \t]*>(?P<v10>[^<>\n]++)(?=</))"""
     rf"""|["']{_GAP}*+,{_GAP}*+(?:(?:"[A-Za-z]{{1,32}}+"|'[A-Za-z]{{1,32}}+'){_GAP}*+:{_GAP}*+"""
     rf"""(?:"[^"\\\n]{{0,128}}+"|'[^'\\\n]{{0,128}}+'|[0-9a-z]{{1,16}}+){_GAP}*+,{_GAP}*+){{0,3}}"""
     rf"""(?:"(?i:value)"|'(?i:value)'){_GAP}*+:{_GAP}*+"""
-    r"""(?:"(?P<v11>(?:[^"\\\n]++|\\[^\n]?)++)"?|'(?P<v31>(?:[^'\\\n]++|\\[^\n]?)++)'?)"""
+    rf"""(?:"(?P<v11>(?:[^"\\\n]++|\\[^\n]?)++)"?|'(?P<v31>(?:[^'\\\n]++|\\[^\n]?)++)'?)"""
 )
 _SIBLING_NEXT = (
     rf"""["']?[ \t\r]{{0,{_NAME_BLANKS}}}\n[ \t]++(?i:value)[ \t]*:[ \t]*"""
@@ -191,7 +199,7 @@ the stream holds a line that ends in a keyword until the next one is complete (`
 name's own line, the name may go on after the keyword as a dotted name (``db.password.prod``)."""
 _SEPARATORS = r"(?:=>|:=|==|[:=\uff1a\uff1d])"
 _SLASH_SEP = (
-    rf"""(?:{_BLANK}*(?:=>|:=|==|[=\uff1d])|"{_BLANK}*{_SEPARATORS}|'{_BLANK}*{_SEPARATORS}(?={_BLANK}*\$?["'])){_BLANK}*"""
+    rf"""(?:{_BLANK}*(?:=>|:=|==|[=\uff1d])|"{_BLANK}*{_SEPARATORS}|'{_BLANK}*{_SEPARATORS}(?={_BLANK}*\$?["'])){_BLANK}*+"""
 )
 """The separator after a key whose keyword follows a ``/`` (``DB/PASSWORD=x``, ``"/prod/db/password": "x"``):
 an equals sign, or any separator after a key in double quotes, or in single quotes before a quoted
@@ -210,7 +218,7 @@ path of keywords is not read again from each."""
 _PATH_TAIL = r"(?:[/-][A-Za-z0-9_]{1,32}+){0,4}+"
 """The same after the folders of a relative path at a line's start, but for a dotted part: ``db/password.txt:
 ASCII text`` is what ``file`` prints."""
-_PATH_SEP = rf"""["']?{_BLANK}*[:\uff1a](?={_BLANK}|\n){_BLANK}*"""
+_PATH_SEP = rf"""["']?{_BLANK}*[:\uff1a](?={_BLANK}|\n){_BLANK}*+"""
 """The separator of YAML's ``db/password: x``: a colon and a blank (or the end of the line, its value
 being on the next); a colon with no blank after a path is a path's (``-v ./password:/run/password``)."""
 
@@ -479,12 +487,14 @@ _RULES: tuple[_Rule, ...] = (
         ("v1", "v2", "v3"),
     ),
     # .netrc: "machine h login u password p" (or "machine h password p login u") on one line, or
-    # "password p" alone on its line.
+    # "password p" alone on its line. Never a separator or a blank before a mask: "password :\u202fx",
+    # masked, is no .netrc line whose password is ":\u202f[REDACTED:password]".
     _Rule(
         "password",
         r"(?:[Ll](?<![A-Za-z0-9_][Ll])(?i:ogin)[ \t]+[^\s]{1,256}[ \t]+|[Mm](?<![A-Za-z0-9_][Mm])(?i:achine)[ \t]+"
         r"[^\s]{1,256}[ \t]+|(?m:^)[ \t]*)"
-        r"(?i:password)[ \t]+(?P<v1>[^\s]+)(?:(?=[ \t]+(?i:machine|login|account|macdef|default)\b)|[ \t]*(?m:$))",
+        rf"(?i:password)[ \t]+(?![:=]?{_GAP}*+\[REDACTED:)(?P<v1>[^\s]+)"
+        r"(?:(?=[ \t]+(?i:machine|login|account|macdef|default)\b)|[ \t]*(?m:$))",
         _either_case("w", "(?<=(?i:passw))"),
         ("v1",),
     ),

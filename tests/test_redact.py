@@ -803,7 +803,10 @@ ADVERSARIAL = ["sk-", "sk-ant-", "eyJ", "eyJ-", "AKIA", "ghp_", "xoxb-", "Bearer
                "hooks.slack.com:1/services/", "hooks.slack.com\\/services\\/", "[b'--password', b'",
                "a.password.b: ", "a.", '"--password" , ', "--token\u00a0,\u00a0", "<a.password.b.",
                '"a.password.b", "value": "', "{'name': 'DB_PASSWORD', 'value': '", "'x': 'y', ",
-               "hooks.slack.com/x/../", "hooks.slack.com/services/./", "../"]
+               "hooks.slack.com/x/../", "hooks.slack.com/services/./", "../", '\\"password\\":\\"', '\\"a\\\\',
+               "\\\\", "password: !!str ", "password: &a ", "password :\u202f", "password1", "PASSWORD1=",
+               "--db_password ", "--a_", "_api_", "{u'name': u'DB_PASSWORD', u'value': u'", "b'",
+               "{'/db/password': b'"]
 
 
 @settings(max_examples=60, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -1316,3 +1319,43 @@ def test_a_count_of_tokens_with_words_after_it_is_a_count(text: str, shown: str)
     (``in``, ``out``) or more numbers, is a count as ``run`` prints its use; anything else after it
     (a word with a digit) is masked."""
     assert _whole_and_streamed(text) == shown
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ('"password":\u202f"S3cretA"', '"password":\u202f"[REDACTED:password]"'),
+    ("['--password',\u202f'S3cretA']", "['--password',\u202f'[REDACTED:password]']"),
+    ("password\u202f: S3cretA", "password\u202f: [REDACTED:password]"),
+    ('{"name": "DB_PASSWORD",\u202f"value": "S3cretA"}',
+     '{"name": "DB_PASSWORD",\u202f"value": "[REDACTED:password]"}'),
+    ("{'name': 'DB_PASSWORD',\u202f'value': 'S3cretA'}",
+     "{'name': 'DB_PASSWORD',\u202f'value': '[REDACTED:password]'}"),
+    ("db.password.prod:\u202fS3cretA", "db.password.prod:\u202f[REDACTED:password]"),
+    ('<add key="db.password.prod"\u00a0value="S3cretA"/>',
+     '<add key="db.password.prod"\u00a0value="[REDACTED:password]"/>'),
+    ("password:\u205fS3cretA", "password:\u205f[REDACTED:password]"),
+    ("password:\u1680S3cretA", "password:\u1680[REDACTED:password]"),
+    ("password:\u180eS3cretA", "password:\u180e[REDACTED:password]"),
+    ("password =\u2009a b\u202fc", "password =\u2009[REDACTED:password]"),
+    ("--token\u202fS3cretA", "--token\u202f[REDACTED:token]"),
+])
+def test_every_unicode_space_separator_is_a_blank(text: str, shown: str) -> None:
+    """Every space separator of Unicode (category Zs) and U+180E stands where a blank may: the narrow
+    no-break space (U+202F), the medium mathematical space (U+205F), the Ogham space mark (U+1680) ..."""
+    assert _whole_and_streamed(text) == shown
+    assert REDACTOR.redact(shown) == shown
+
+
+@pytest.mark.parametrize("text", [
+    "password:\u00a0S3cretA", "password: !!str S3cretA", "password: &a S3cretA", "password: !secret S3cretA",
+    "password: !!str &a S3cretA", "password :\u202fS3cretA", "password :\u00a0S3cretA", "db/password:\u00a0S3cretA",
+    "'/db/password':\u00a0'S3cretA'", "token =\u3000S3cretA", "password:\u00a0\u00a0S3cretA",
+])
+def test_masking_a_masked_value_after_a_blank_or_a_tag_changes_nothing(text: str) -> None:
+    """A Unicode blank after a separator, or a YAML tag or anchor before a value, stays as it was in front
+    of its mask: read again, neither is a value (``password:\\xa0[REDACTED:password]`` lost its blank, and
+    ``!!str`` became a second mask), nor is the separator and blank a ``.netrc`` password (``password
+    :\\u202f[REDACTED:password]`` lost its ``:``)."""
+    once = REDACTOR.redact(text)
+    assert "S3cretA" not in once and "[REDACTED:" in once
+    assert REDACTOR.redact(once) == once
+    assert REDACTOR.redact(once + "\n") == once + "\n"
