@@ -80,7 +80,7 @@ _DOTS_TAIL = r"(?:\.[A-Za-z0-9_]{1,32}+){0,4}+"
 run of dotted keywords is not read again from each."""
 _TAG_KEYWORD = (
     r"(?i:pass(?:word|wd|phrase)?s?|sshpass|pwd|secret(?:[_-]?key)?|secret_?access_?key|private[_-]?key"
-    r"|key[_-]data|token|api[_-]?key)(?:_[A-Za-z0-9_]{0,64}+)?"
+    r"|key[_-]data|token|api[_-]?key)[0-9]{0,8}+(?:_[A-Za-z0-9_]{0,64}+)?"
 )
 _XOPEN_END = rf"<{_TAG_PREFIX}{_TAG_KEYWORD}{_DOTS_TAIL}(?:{_ATTR})*+[ \t]*>[ \t]*+(?:<!\[CDATA\[)?[ \t\r]*+"
 """The end of a line whose element's text may start on the next line: a start tag whose name ends in
@@ -147,7 +147,7 @@ _NAME_BLANKS = 8
 """How many blanks may follow a name that holds a keyword at the end of its line."""
 _NAME_END = (
     r"(?i:pass(?:word|wd|phrase)?s?|sshpass|pwd|secret(?:[_-]?key)?|secret_?access_?key|private[_-]?key"
-    rf"""|key[_-]data|token|api[_-]?key)(?:_[A-Za-z0-9_]{{0,64}}+)?["']?[ \t\r]{{0,{_NAME_BLANKS}}}"""
+    rf"""|key[_-]data|token|api[_-]?key)[0-9]{{0,8}}+(?:_[A-Za-z0-9_]{{0,64}}+)?["']?[ \t\r]{{0,{_NAME_BLANKS}}}"""
 )
 """The end of a line that may be a name whose ``value:`` is on the next line: a keyword of any rule
 (and more of an identifier) at its end. Such a line is never itself taken as that value, so a
@@ -266,8 +266,9 @@ right after a ``[`` or a ``,`` (``[--password x]``, a usage line's), is a list's
 at a ``,`` or ``]``, and is never a mask (masking ``[REDACTED:x]`` again would leave its ``]``), nor is
 a comma before a mask (``[--password , [REDACTED:x]]``, where the comma is no list's); a quoted one may
 have a prefix (``b'x'``)."""
-_KEY_TAIL = "(?:_[A-Za-z0-9_]{0,64}+)?"
-"""More of an identifier after a keyword (``DB_PASSWORD_PROD``): bounded, so a run of ``pass_pass_...``
+_KEY_TAIL = "[0-9]{0,8}+(?:_[A-Za-z0-9_]{0,64}+)?"
+"""More of an identifier after a keyword: a number (``DB_PASSWORD2``), then the rest (``DB_PASSWORD_PROD``):
+bounded, so a run of ``pass_pass_...``
 is not read again from each of its keywords."""
 _NUMBER = r"[0-9]{1,32}+(?:[.,][0-9]{1,32}+){0,8}+[kKmMbB]?+"
 """A count as a person writes it: ``512``, ``1.5``, ``1,234``, ``12k``, ``1.2M``."""
@@ -440,15 +441,16 @@ _RULES: tuple[_Rule, ...] = (
                r"|[Ss](?<![A-Za-z0-9][Ss])(?i:shpass))" + _KEY_TAIL,
                r"[Pp](?<=/[Pp])(?i:ass(?:(?:word|wd|phrase)s?)?)" + _KEY_TAIL),
         (*_either_case("w", "(?<=(?i:passw))"), *_either_case("h", "(?<=(?i:passph))(?i:rase)"),
-         # "pass" alone only before a non-word character: "PASSED" in test logs is no key.
-         *_either_case("s", "(?<=(?i:pass))(?![A-Za-z0-9])")),
+         # "pass" alone only before a character that is no letter: "PASSED" in test logs is no key
+         # ("PASS1" is one, numbered).
+         *_either_case("s", "(?<=(?i:pass))(?![A-Za-z])")),
         _ASSIGNED,
     ),
     _Rule(
         "password",
         _keyed(rf"[Pp](?<![A-Za-z0-9/][Pp])(?i:wd){_KEY_TAIL}", rf"[Pp](?<=/[Pp])(?i:wd){_KEY_TAIL}",
                rf"""(?!["']?/){_VALUE}"""),
-        _either_case("w", "(?<=(?i:pw))(?i:d)(?![A-Za-z0-9])"),
+        _either_case("w", "(?<=(?i:pw))(?i:d)(?![A-Za-z])"),
         _ASSIGNED,
     ),
     # Options that take a secret as a value of their own, after a space: --password x, --db-pass 'x',

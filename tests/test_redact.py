@@ -1359,3 +1359,23 @@ def test_masking_a_masked_value_after_a_blank_or_a_tag_changes_nothing(text: str
     assert "S3cretA" not in once and "[REDACTED:" in once
     assert REDACTOR.redact(once) == once
     assert REDACTOR.redact(once + "\n") == once + "\n"
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("DB_PASSWORD2=S3cretA", "DB_PASSWORD2=[REDACTED:password]"),
+    ("GITHUB_TOKEN2: S3cretA", "GITHUB_TOKEN2: [REDACTED:token]"),
+    ('"API_KEY2": "S3cretA"', '"API_KEY2": "[REDACTED:api-key]"'),
+    ('export PASSWORD1="S3cretA"', 'export PASSWORD1="[REDACTED:password]"'),
+    ("<password1>S3cretA</password1>", "<password1>[REDACTED:password]</password1>"),
+    ("SECRET1=x", "SECRET1=[REDACTED:secret]"),
+    ("PASS1=x", "PASS1=[REDACTED:password]"),
+    ("MYSQL_PWD2=x", "MYSQL_PWD2=[REDACTED:password]"),
+    ("DB_PASSWORD2_PROD=x", "DB_PASSWORD2_PROD=[REDACTED:password]"),
+    ("<password1>\n  S3cretA\n</password1>", "<password1>\n  [REDACTED:password]\n</password1>"),
+    ("- name: DB_PASSWORD2\n  value: S3cretA", "- name: DB_PASSWORD2\n  value: [REDACTED:password]"),
+    ("tokens: 512", "tokens: 512"),
+    ("max_tokens=4096", "max_tokens=4096"),
+])
+def test_a_keyword_followed_by_a_number_is_a_numbered_key(text: str, shown: str) -> None:
+    assert _whole_and_streamed(text) == shown
+    assert REDACTOR.redact_command(text) == shown
