@@ -56,8 +56,8 @@ U+202F, U+205F, U+3000) and the invisible characters a terminal shows as nothing
 _BLANK = f"[ \t\r{_UNICODE_BLANKS}]"
 """What may stand around a separator: a carriage return too (``password\\r=x`` shows ``=x`` once
 the line is collapsed, so it is masked before), and the spaces and invisible characters of Unicode."""
-_SEP = rf"""["']?{_BLANK}*(?:=>|:=|==|[:=\uff1a\uff1d]){_BLANK}*+"""
-"""A key's closing quote, a separator and the blanks
+_SEP = rf"""(?:\\?["'])?{_BLANK}*(?:=>|:=|==|[:=\uff1a\uff1d]){_BLANK}*+"""
+"""A key's closing quote (escaped, inside a JSON string: ``\\"password\\":``), a separator and the blanks
 around it, those after it taken whole: a blank is never the start of a value (``password:\xa0x``,
 masked, must not be read again as ``password:`` and a value ``\xa0[REDACTED:password]``)."""
 _YAML_PROPS = r"(?:(?:!!?[A-Za-z]*+|&[A-Za-z0-9_-]++)[ \t]++){0,2}+"
@@ -111,6 +111,10 @@ _PLAIN = rf"""[^\s,;\\{_UNICODE_BLANKS}-]+|\\[^\n]?|{_DASH}|\r++(?![\s,;]|\Z)"""
 are part of it (``it's``, ``salt & pepper``)."""
 _GAP = f"[ \t{_UNICODE_BLANKS}]"
 """What stands between the words of such a value: a blank, as around a separator, but not ``\r``."""
+_ESCAPED_QUOTED = r"""(?:[^"\\\n]++|\\\\(?:\\[^\n]|[^\\\n])?|\\[^"\\\n])++"""
+"""The text of a string inside a JSON string (``"{\\"password\\":\\"x\\"}"``, as ``aws secretsmanager``
+and ``kubectl`` print one), after its escaped opening quote: to its escaped closing quote (an escaped
+backslash in it escapes what follows it), or to the end of the string that holds it."""
 _LIST = (
     r"""\[(?!REDACTED:)(?=[ \t]*+[^\s\]])(?P<v24>(?:[^\]\["'\\\n]++|"(?:[^"\\\n]++|\\[^\n]?)*+"?"""
     r"""|'(?:[^'\n]++|'')*+'?|\\[^\n]?|\[[^\]\n]*+\]?)++)"""
@@ -122,6 +126,7 @@ _VALUE = (
     rf"""(?:{_NEXT_LINE}|{_YAML_PROPS}(?:(?i:bearer|basic)[ \t]+)?"""
     rf"""(?:{_LIST}|"(?P<v1>(?:[^"\\\n-]+|\\[^\n]?|{_DASH}|"")+)"?"""
     rf"""|\$?'(?P<v2>(?:[^'\\\n-]+|\\[^\n]?|{_DASH}|'\\''|'')+)'?"""
+    rf"""|\\"(?P<v32>{_ESCAPED_QUOTED})(?:\\")?"""
     rf"""|(?<={_BLANK})(?P<v23>(?![{{\[#"'])(?:{_PLAIN})+"""
     rf"""(?:{_GAP}++(?![#\s])(?![^\s=:]*+{_GAP}*+[=:])(?:{_PLAIN})+)*+)"""
     rf"""|["']?(?P<v3>(?![{{\[])(?:{_WORDS})+)))"""
@@ -245,7 +250,7 @@ def _keyed(keyword: str, slashed: str, value: str = _VALUE) -> str:
             rf"|<{_TAG_PREFIX}{keyword}{_DOTS_TAIL}{_XML_TAG})")
 
 
-_ASSIGNED = ("v1", "v2", "v23", "v24", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v31", "v12",
+_ASSIGNED = ("v1", "v2", "v32", "v23", "v24", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v31", "v12",
              "v16", "v17", "v18", "v19", "v20", "v21", "v22")
 _FLAG_VALUE = (
     r"""(?:"(?P<v1>(?:[^"\\\n]+|\\[^\n]?)+)"?|\$?'(?P<v2>(?:[^'\\\n]+|\\[^\n]?|'\\'')+)'?"""

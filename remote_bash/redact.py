@@ -504,10 +504,12 @@ _DROP_TO = {"v4": re.compile(r"[^\n]*"), "v5": re.compile(r"[^<\n]*"),
             **dict.fromkeys(("v17", "v19", "v20", "v21"), re.compile(r"(?:[^\]\n]|\](?!\]>))*")),
             "v13": _DROP_QUOTED['"'], "v14": _DROP_QUOTED["'"], "v15": re.compile(r"[^\n]*"),
             "v25": _DROP_QUOTED['"'], "v26": _DROP_QUOTED["'"],
-            "v23": re.compile(r"[^\n]*"), "v24": re.compile(r"[^\n]*")}
+            "v23": re.compile(r"[^\n]*"), "v24": re.compile(r"[^\n]*"),
+            "v32": re.compile(r'''(?:[^"\\\n]|\\\\(?:\\[^\n]|[^\\\n])?|\\[^"\\\n])*''')}
 """The rest of a value on the line after its key or of a list (to the end of the line), of an XML element's
 text, or of its CDATA section, or of an Authorization header's credential (to its closing quote or
-the end of the line), or of an option's value quoted with its name (to its closing quote)."""
+the end of the line), or of an option's value quoted with its name (to its closing quote), or of a
+string inside a JSON string (to its escaped closing quote)."""
 _OPEN_NEAR = 128
 """How far back from a line's end :meth:`StreamRedactor._open_line` looks for a keyword and separator."""
 _URL_OPEN = re.compile(r"""://[^\s/?#"'<>]*\Z""")

@@ -1379,3 +1379,20 @@ def test_masking_a_masked_value_after_a_blank_or_a_tag_changes_nothing(text: str
 def test_a_keyword_followed_by_a_number_is_a_numbered_key(text: str, shown: str) -> None:
     assert _whole_and_streamed(text) == shown
     assert REDACTOR.redact_command(text) == shown
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ('"SecretString": "{\\"username\\":\\"admin\\",\\"password\\":\\"S3cretSM\\"}",',
+     '"SecretString": "{\\"username\\":\\"admin\\",\\"password\\":\\"[REDACTED:password]\\"}",'),
+    ('..."stringData":{\\"password\\":\\"S3cretK\\"}}"',
+     '..."stringData":{\\"password\\":\\"[REDACTED:password]\\"}}"'),
+    ('{\\"token\\": \\"x\\"}', '{\\"token\\": \\"[REDACTED:token]\\"}'),
+    ('"{\\"password\\":\\"a\\\\\\"b\\\\\\\\\\",\\"user\\":\\"u\\"}"',
+     '"{\\"password\\":\\"[REDACTED:password]\\",\\"user\\":\\"u\\"}"'),
+    ('"{\\"password\\":\\"S3cret never closed"', '"{\\"password\\":\\"[REDACTED:password]"'),
+])
+def test_a_string_inside_a_json_string_is_masked_to_its_escaped_quote(text: str, shown: str) -> None:
+    """``aws secretsmanager get-secret-value`` and ``kubectl`` print JSON inside a JSON string: the value
+    after ``\\"password\\":\\"`` runs to its escaped closing quote, past an escaped quote inside it."""
+    assert _whole_and_streamed(text) == shown
+    assert REDACTOR.redact(shown) == shown
