@@ -111,6 +111,8 @@ _PLAIN = rf"""[^\s,;\\{_UNICODE_BLANKS}-]+|\\[^\n]?|{_DASH}|\r++(?![\s,;]|\Z)"""
 are part of it (``it's``, ``salt & pepper``)."""
 _GAP = f"[ \t{_UNICODE_BLANKS}]"
 """What stands between the words of such a value: a blank, as around a separator, but not ``\r``."""
+_STR_PREFIX = r"""(?:[bBuUrR]{1,2}+(?=["']))?+"""
+"""A string prefix before a quote, as Python prints one (``b'x'``, ``u'x'``): the value is the quoted text after it."""
 _ESCAPED_QUOTED = r"""(?:[^"\\\n]++|\\\\(?:\\[^\n]|[^\\\n])?|\\[^"\\\n])++"""
 """The text of a string inside a JSON string (``"{\\"password\\":\\"x\\"}"``, as ``aws secretsmanager``
 and ``kubectl`` print one), after its escaped opening quote: to its escaped closing quote (an escaped
@@ -124,7 +126,7 @@ holds is masked, to its closing ``]`` (one that stands inside a quoted item or c
 does not end it) or to the end of the line. Never a mask (``[REDACTED:...]``), nor an empty list."""
 _VALUE = (
     rf"""(?:{_NEXT_LINE}|{_YAML_PROPS}(?:(?i:bearer|basic)[ \t]+)?"""
-    rf"""(?:{_LIST}|"(?P<v1>(?:[^"\\\n-]+|\\[^\n]?|{_DASH}|"")+)"?"""
+    rf"""{_STR_PREFIX}(?:{_LIST}|"(?P<v1>(?:[^"\\\n-]+|\\[^\n]?|{_DASH}|"")+)"?"""
     rf"""|\$?'(?P<v2>(?:[^'\\\n-]+|\\[^\n]?|{_DASH}|'\\''|'')+)'?"""
     rf"""|\\"(?P<v32>{_ESCAPED_QUOTED})(?:\\")?"""
     rf"""|(?<={_BLANK})(?P<v23>(?![{{\[#"'])(?:{_PLAIN})+"""
@@ -182,10 +184,10 @@ the rules that reach over a newline to a value: the stream holds a line that end
 _SIBLING_LINE = (
     rf"""["'](?:{_GAP}+(?i:value){_GAP}*={_GAP}*(?:"(?P<v8>[^"\n]++)"?|'(?P<v9>[^'\n]++)'?)"""
     r"""|[ \t]*>(?P<v10>[^<>\n]++)(?=</))"""
-    rf"""|["']{_GAP}*+,{_GAP}*+(?:(?:"[A-Za-z]{{1,32}}+"|'[A-Za-z]{{1,32}}+'){_GAP}*+:{_GAP}*+"""
-    rf"""(?:"[^"\\\n]{{0,128}}+"|'[^'\\\n]{{0,128}}+'|[0-9a-z]{{1,16}}+){_GAP}*+,{_GAP}*+){{0,3}}"""
-    rf"""(?:"(?i:value)"|'(?i:value)'){_GAP}*+:{_GAP}*+"""
-    rf"""(?:"(?P<v11>(?:[^"\\\n]++|\\[^\n]?)++)"?|'(?P<v31>(?:[^'\\\n]++|\\[^\n]?)++)'?)"""
+    rf"""|["']{_GAP}*+,{_GAP}*+(?:{_STR_PREFIX}(?:"[A-Za-z]{{1,32}}+"|'[A-Za-z]{{1,32}}+'){_GAP}*+:{_GAP}*+"""
+    rf"""{_STR_PREFIX}(?:"[^"\\\n]{{0,128}}+"|'[^'\\\n]{{0,128}}+'|[0-9a-z]{{1,16}}+){_GAP}*+,{_GAP}*+){{0,3}}"""
+    rf"""{_STR_PREFIX}(?:"(?i:value)"|'(?i:value)'){_GAP}*+:{_GAP}*+"""
+    rf"""{_STR_PREFIX}(?:"(?P<v11>(?:[^"\\\n]++|\\[^\n]?)++)"?|'(?P<v31>(?:[^'\\\n]++|\\[^\n]?)++)'?)"""
 )
 _SIBLING_NEXT = (
     rf"""["']?[ \t\r]{{0,{_NAME_BLANKS}}}\n[ \t]++(?i:value)[ \t]*:[ \t]*"""
@@ -204,7 +206,7 @@ the stream holds a line that ends in a keyword until the next one is complete (`
 name's own line, the name may go on after the keyword as a dotted name (``db.password.prod``)."""
 _SEPARATORS = r"(?:=>|:=|==|[:=\uff1a\uff1d])"
 _SLASH_SEP = (
-    rf"""(?:{_BLANK}*(?:=>|:=|==|[=\uff1d])|"{_BLANK}*{_SEPARATORS}|'{_BLANK}*{_SEPARATORS}(?={_BLANK}*\$?["'])){_BLANK}*+"""
+    rf"""(?:{_BLANK}*(?:=>|:=|==|[=\uff1d])|"{_BLANK}*{_SEPARATORS}|'{_BLANK}*{_SEPARATORS}(?={_BLANK}*(?:\$|[bBuUrR]{{1,2}})?["'])){_BLANK}*+"""
 )
 """The separator after a key whose keyword follows a ``/`` (``DB/PASSWORD=x``, ``"/prod/db/password": "x"``):
 an equals sign, or any separator after a key in double quotes, or in single quotes before a quoted

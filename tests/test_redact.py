@@ -1396,3 +1396,16 @@ def test_a_string_inside_a_json_string_is_masked_to_its_escaped_quote(text: str,
     after ``\\"password\\":\\"`` runs to its escaped closing quote, past an escaped quote inside it."""
     assert _whole_and_streamed(text) == shown
     assert REDACTOR.redact(shown) == shown
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("{u'name': u'DB_PASSWORD', u'value': u'S3cretA'}", "{u'name': u'DB_PASSWORD', u'value': u'[REDACTED:password]'}"),
+    ("{'name': 'DB_PASSWORD', 'value': b'S3cretA'}", "{'name': 'DB_PASSWORD', 'value': b'[REDACTED:password]'}"),
+    ("{'/prod/db/password': b'S3cretA'}", "{'/prod/db/password': b'[REDACTED:password]'}"),
+    ("{'password': b'S3cretA', 'x': 1}", "{'password': b'[REDACTED:password]', 'x': 1}"),
+    ("{u'Name': u'/db/token', u'Type': u'SecureString', u'Value': u'S3cretA'}",
+     "{u'Name': u'/db/token', u'Type': u'SecureString', u'Value': u'[REDACTED:token]'}"),
+])
+def test_a_python_dict_with_string_prefixes_is_masked_after_the_prefix(text: str, shown: str) -> None:
+    assert _whole_and_streamed(text) == shown
+    assert REDACTOR.redact(shown) == shown
