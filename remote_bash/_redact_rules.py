@@ -328,7 +328,7 @@ def _option(keyword: str) -> str:
     The name may be quoted (``"--password" x``, ``'--token' x``); quoted with its value
     (``"--password=a b"``), the value is one word to the closing quote, blanks and all. In an argv
     list the value is the next item, after a comma and blanks of any kind on either side of it."""
-    name = rf"-(?:[A-Za-z0-9]+-)*+(?i:{keyword})"
+    name = rf"-(?:[A-Za-z0-9]+[_-])*+(?i:{keyword})"
     return (rf"""-(?<![A-Za-z0-9-]-)(?:(?<=[\[,]-)(?P<v28>)|(?<=[\[,][ \t]-)(?P<v29>))?{name}"""
             rf"""(?P<v30>["'])?{_GAP}*+(?:(?(v30)|(?(v28)|(?(v29)|(?!)))),{_GAP}*+(?P<v27>)"""
             rf"""|(?<={_GAP}))(?!-){_OPTION_VALUE}"""
@@ -462,12 +462,13 @@ _RULES: tuple[_Rule, ...] = (
     ),
     # Options that take a secret as a value of their own, after a space: --password x, --db-pass 'x',
     # --token x, --auth-token x, --client-secret x, --api-key x (the CLIs of clouds, vault, gh).
-    _Rule("password", _option("pass(?:word|wd|phrase)?|pwd"), (r"-(?<=--)(?:[A-Za-z0-9]+-)*+(?i:pass|pwd)",),
+    _Rule("password", _option("pass(?:word|wd|phrase)?|pwd"), (r"-(?<=--)(?:[A-Za-z0-9]+[_-])*+(?i:pass|pwd)",),
           _FLAG_GROUPS),
     _Rule("token", _option("token"), _either_case("k", "(?<=(?i:tok))(?i:en)"), _FLAG_GROUPS),
-    _Rule("secret", _option("secret(?:key)?|(?<=-secret-)key"), _either_case("c", "(?<=(?i:sec))(?i:ret)"),
+    _Rule("secret", _option("secret(?:key)?|(?<=[_-]secret[_-])key"), _either_case("c", "(?<=(?i:sec))(?i:ret)"),
           _FLAG_GROUPS),
-    _Rule("api-key", _option("apikey|(?<=-api-)key"), _either_case("k", "(?:(?<=(?i:api-k))|(?<=(?i:apik)))(?i:ey)"),
+    _Rule("api-key", _option("apikey|(?<=[_-]api[_-])key"),
+          _either_case("k", "(?:(?<=(?i:api[_-]k))|(?<=(?i:apik)))(?i:ey)"),
           _FLAG_GROUPS),
     # curl -u user:password, --user, --proxy-user (a uid:gid of digits, as for docker -u, stays);
     # -u may end a bundle of short options (curl -fsSLu).

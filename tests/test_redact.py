@@ -1409,3 +1409,18 @@ def test_a_string_inside_a_json_string_is_masked_to_its_escaped_quote(text: str,
 def test_a_python_dict_with_string_prefixes_is_masked_after_the_prefix(text: str, shown: str) -> None:
     assert _whole_and_streamed(text) == shown
     assert REDACTOR.redact(shown) == shown
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("--api_key S3cretC", "--api_key [REDACTED:api-key]"),
+    ("--client_secret S3cretD", "--client_secret [REDACTED:secret]"),
+    ("--db_password S3cretA", "--db_password [REDACTED:password]"),
+    ("--auth_token S3cretA", "--auth_token [REDACTED:token]"),
+    ("--secret_key S3cretA", "--secret_key [REDACTED:secret]"),
+    ("['--db_password', 'S3cretA']", "['--db_password', '[REDACTED:password]']"),
+    ("--password_file x", "--password_file x"),
+    ("--api_key_id x", "--api_key_id x"),
+])
+def test_an_option_name_spelt_with_underscores_is_an_option(text: str, shown: str) -> None:
+    assert _whole_and_streamed(text) == shown
+    assert REDACTOR.redact_command(text) == shown
