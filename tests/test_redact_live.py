@@ -167,6 +167,36 @@ async def test_the_forms_of_the_re_attack_are_masked_in_the_result_and_the_live_
     assert "".join(chunks) == result.output == "".join(f"{shown}\n" for _, shown in lines)
 
 
+async def test_the_forms_of_the_third_attack_are_masked_in_the_result_and_the_live_output(redact_host: Host) -> None:
+    """What an outside attack got past the masking, printed by a real shell: Unicode blanks that are no
+    no-break space, a masked value masked again by the live view (which must change nothing, and keep
+    the separator), numbered keys, JSON inside a JSON string, a Python dict's string prefixes, and an
+    option spelt with underscores."""
+    lines = [
+        ('"password":\u202f"{pw}"', '"password":\u202f"[REDACTED:password]"'),
+        ("['--password',\u202f'{pw}']", "['--password',\u202f'[REDACTED:password]']"),
+        ("password\u205f: {pw}", "password\u205f: [REDACTED:password]"),
+        ("db.password.prod:\u1680{pw}", "db.password.prod:\u1680[REDACTED:password]"),
+        ("password :\u202f{pw}", "password :\u202f[REDACTED:password]"),
+        ("password:\u00a0{pw}", "password:\u00a0[REDACTED:password]"),
+        ("password: !!str {pw}", "password: !!str [REDACTED:password]"),
+        ("DB_PASSWORD2={pw}", "DB_PASSWORD2=[REDACTED:password]"),
+        ("<password1>{pw}</password1>", "<password1>[REDACTED:password]</password1>"),
+        ('"SecretString": "{{\\"username\\":\\"admin\\",\\"password\\":\\"{pw}\\"}}",',
+         '"SecretString": "{\\"username\\":\\"admin\\",\\"password\\":\\"[REDACTED:password]\\"}",'),
+        ("{{u'name': u'DB_PASSWORD', u'value': u'{pw}'}}",
+         "{u'name': u'DB_PASSWORD', u'value': u'[REDACTED:password]'}"),
+        ("{{'/prod/db/password': b'{pw}'}}", "{'/prod/db/password': b'[REDACTED:password]'}"),
+        ("--client_secret {pw}", "--client_secret [REDACTED:secret]"),
+    ]
+    chunks: list[str] = []
+    command = "; ".join(f"printf '%s\\n' {shlex.quote(line.format(pw=PASSWORD))}; sleep 0.05" for line, _ in lines)
+    async with RemoteBashSession(redact_host) as session:
+        result = await session.run(command, timeout=30, on_output=chunks.append)
+    assert PASSWORD not in result.output
+    assert "".join(chunks) == result.output == "".join(f"{shown}\n" for _, shown in lines)
+
+
 async def test_a_yaml_value_on_the_next_line_is_masked_when_it_comes_in_a_later_read(redact_host: Host) -> None:
     chunks: list[str] = []
     command = f"printf 'db:\\n  password:\\n'; sleep 0.3; printf '    {PASSWORD[:5]}'; sleep 0.3; " \
