@@ -124,14 +124,16 @@ _LIST = (
 """A YAML flow sequence or a JSON array (``password: [a, b]``, ``"passwords": ["a", "b"]``): all it
 holds is masked, to its closing ``]`` (one that stands inside a quoted item or closes an inner list
 does not end it) or to the end of the line. Never a mask (``[REDACTED:...]``), nor an empty list."""
+_SCHEME_MASK = r"(?i:bearer|basic)[ \t]++\[REDACTED:"
+"""A scheme word before a mask (``token: Bearer [REDACTED:token]``): masked text, which is never a value."""
 _VALUE = (
     rf"""(?:{_NEXT_LINE}|{_YAML_PROPS}(?:(?i:bearer|basic)[ \t]+)?"""
     rf"""{_STR_PREFIX}(?:{_LIST}|"(?P<v1>(?:[^"\\\n-]+|\\[^\n]?|{_DASH}|"")+)"?"""
     rf"""|\$?'(?P<v2>(?:[^'\\\n-]+|\\[^\n]?|{_DASH}|'\\''|'')+)'?"""
     rf"""|\\"(?P<v32>{_ESCAPED_QUOTED})(?:\\")?"""
-    rf"""|(?<={_BLANK})(?P<v23>(?![{{\[#"'])(?:{_PLAIN})+"""
+    rf"""|(?<={_BLANK})(?P<v23>(?![{{\[#"']|{_SCHEME_MASK})(?:{_PLAIN})+"""
     rf"""(?:{_GAP}++(?![#\s])(?![^\s=:]*+{_GAP}*+[=:])(?:{_PLAIN})+)*+)"""
-    rf"""|["']?(?P<v3>(?![{{\[])(?:{_WORDS})+)))"""
+    rf"""|["']?(?P<v3>(?![{{\[]|{_SCHEME_MASK})(?:{_WORDS})+)))"""
 )
 """A value as shells and YAML quote it: ``"..."``, ``'...'`` and ANSI-C ``$'...'`` (with backslash
 escapes), a quoted value going on after the ``'\\''`` of ``set`` and a doubled quote (``'it''s'`` in
@@ -340,7 +342,8 @@ _QUOTED_OPTION_GROUPS = ("v25", "v26")
 """The value of an option quoted with its name: to the closing ``"``, to the closing ``'``."""
 _FLAG_GROUPS = ("v1", "v2", "v3", *_QUOTED_OPTION_GROUPS)
 _AUTH_HEAD = (
-    r"""(?i:uthorization)["']?[ \t]*[:=][ \t]*["']?(?!(?i:basic|bearer)[ \t])(?:[A-Za-z][A-Za-z0-9._-]{0,30}[ \t]+)?"""
+    r"""(?i:uthorization)["']?[ \t]*[:=][ \t]*+["']?+(?!(?i:basic|bearer)[ \t])"""
+    r"""(?:[A-Za-z][A-Za-z0-9._-]{0,30}[ \t]+)?"""
 )
 _AUTH_GROUPS = ("v13", "v14", "v15")
 """The credential of an Authorization header: to a closing ``"``, to a closing ``'``, to the end of the line."""

@@ -806,7 +806,8 @@ ADVERSARIAL = ["sk-", "sk-ant-", "eyJ", "eyJ-", "AKIA", "ghp_", "xoxb-", "Bearer
                "hooks.slack.com/x/../", "hooks.slack.com/services/./", "../", '\\"password\\":\\"', '\\"a\\\\',
                "\\\\", "password: !!str ", "password: &a ", "password :\u202f", "password1", "PASSWORD1=",
                "--db_password ", "--a_", "_api_", "{u'name': u'DB_PASSWORD', u'value': u'", "b'",
-               "{'/db/password': b'"]
+               "{'/db/password': b'", "token: Bearer ",
+               "Authorization: Basic ", "Authorization: "]
 
 
 @settings(max_examples=60, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -1359,6 +1360,19 @@ def test_masking_a_masked_value_after_a_blank_or_a_tag_changes_nothing(text: str
     assert "S3cretA" not in once and "[REDACTED:" in once
     assert REDACTOR.redact(once) == once
     assert REDACTOR.redact(once + "\n") == once + "\n"
+
+
+@pytest.mark.parametrize("text", [
+    "token: Bearer S3cretA1", "token: bearer   S3cretA1 x", "password: basic S3cretA",
+    "Authorization: Basic dXNlcjpwYXNzd29yZA==", 'curl -H "Authorization: Basic dXNlcjpwYXNzd29yZA=="',
+    "Authorization:  Bearer S3cretA123",
+])
+def test_masking_a_masked_value_after_a_scheme_word_changes_nothing(text: str) -> None:
+    """A ``Bearer`` or ``Basic`` before a mask is no value: ``token: Bearer [REDACTED:token]`` became
+    two masks, ``Authorization: Basic [REDACTED:basic-auth]`` one, without its scheme and blank."""
+    once = REDACTOR.redact(text)
+    assert "[REDACTED:" in once and "S3cretA" not in once and "dXNlcjpwYXNzd29yZA" not in once
+    assert REDACTOR.redact(once) == once
 
 
 @pytest.mark.parametrize(("text", "shown"), [
