@@ -56,14 +56,17 @@ U+202F, U+205F, U+3000) and the invisible characters a terminal shows as nothing
 _BLANK = f"[ \t\r{_UNICODE_BLANKS}]"
 """What may stand around a separator: a carriage return too (``password\\r=x`` shows ``=x`` once
 the line is collapsed, so it is masked before), and the spaces and invisible characters of Unicode."""
-_SEP = rf"""(?:\\?["'])?{_BLANK}*(?:=>|:=|==|[:=\uff1a\uff1d]){_BLANK}*+"""
+_SEP = rf"""(?:\\?["'])?{_BLANK}*(?>===|!==|=>|:=|==|[:=\uff1a\uff1d]){_BLANK}*+"""
 """A key's closing quote (escaped, inside a JSON string: ``\\"password\\":``), a separator and the blanks
-around it, those after it taken whole: a blank is never the start of a value (``password:\xa0x``,
-masked, must not be read again as ``password:`` and a value ``\xa0[REDACTED:password]``)."""
-_YAML_PROPS = r"(?:(?:!!?[A-Za-z]*+|&[A-Za-z0-9_-]++)[ \t]++){0,2}+"
-"""A YAML tag and anchor before a value (``!!str``, ``&pw``): not the value. Taken whole, as the blanks
-after a separator are: the tag before a mask is never read as a value (masking twice changes nothing)."""
-_YAML_HEAD = r"(?:(?:[|>][-+0-9]{0,2}|!!?[A-Za-z]*+|&[A-Za-z0-9_-]++)[ \t\r]*){0,3}(?:#[^\n]*+)?"
+around it, the separator (``===`` and ``!==`` of JavaScript and PHP too) and the blanks after it taken
+whole: ``==`` is never read again as ``=`` and a value ``=`` (``password == [REDACTED:password]``), and a
+blank is never the start of a value (``password:\xa0x``, masked, must not be read again as ``password:``
+and a value ``\xa0[REDACTED:password]``)."""
+_YAML_PROPS = r"(?:(?:!<[^<>\s]{0,256}+>|!!?[A-Za-z]*+|&[A-Za-z0-9_-]++)[ \t]++){0,2}+"
+"""A YAML tag and anchor before a value (``!!str``, a verbatim ``!<tag:yaml.org,2002:str>``, ``&pw``): not
+the value. Taken whole, as the blanks after a separator are: the tag before a mask is never read as a
+value (masking twice changes nothing)."""
+_YAML_HEAD = r"(?:(?:[|>][-+0-9]{0,2}|!<[^<>\s]{0,256}+>|!!?[A-Za-z]*+|&[A-Za-z0-9_-]++)[ \t\r]*){0,3}(?:#[^\n]*+)?"
 """What may follow a YAML key on its line when the value is on the next one: a block scalar's
 header, a tag, an anchor, a comment."""
 _OPEN_END = rf"[:=\uff1a\uff1d]{_BLANK}*{_YAML_HEAD}"
@@ -79,7 +82,7 @@ _DOTS_TAIL = r"(?:\.[A-Za-z0-9_]{1,32}+){0,4}+"
 """More of a dotted name after its keyword (``db.password.prod``, ``<db.password.prod>``): bounded, so a
 run of dotted keywords is not read again from each."""
 _TAG_KEYWORD = (
-    r"(?i:pass(?:word|wd|phrase)?s?|sshpass|pwd|secret(?:[_-]?key)?|secret_?access_?key|private[_-]?key"
+    r"(?i:pass(?:word|wd|phrase)?s?|sshpass|pwd|secret(?:[_-]?key)?|secret_?access_?key(?-i:[A-Z][A-Za-z0-9]{0,31}+)?|private[_-]?key"
     r"|key[_-]data|token|api[_-]?key)[0-9]{0,8}+(?:_[A-Za-z0-9_]{0,64}+)?"
 )
 _XOPEN_END = rf"<{_TAG_PREFIX}{_TAG_KEYWORD}{_DOTS_TAIL}(?:{_ATTR})*+[ \t]*>[ \t]*+(?:<!\[CDATA\[)?[ \t\r]*+"
@@ -155,7 +158,7 @@ inside a CDATA section, which may hold a ``<``."""
 _NAME_BLANKS = 8
 """How many blanks may follow a name that holds a keyword at the end of its line."""
 _NAME_END = (
-    r"(?i:pass(?:word|wd|phrase)?s?|sshpass|pwd|secret(?:[_-]?key)?|secret_?access_?key|private[_-]?key"
+    r"(?i:pass(?:word|wd|phrase)?s?|sshpass|pwd|secret(?:[_-]?key)?|secret_?access_?key(?-i:[A-Z][A-Za-z0-9]{0,31}+)?|private[_-]?key"
     rf"""|key[_-]data|token|api[_-]?key)[0-9]{{0,8}}+(?:_[A-Za-z0-9_]{{0,64}}+)?["']?[ \t\r]{{0,{_NAME_BLANKS}}}"""
 )
 """The end of a line that may be a name whose ``value:`` is on the next line: a keyword of any rule
@@ -263,7 +266,7 @@ _FLAG_VALUE = (
 """The value of a command-line option, as shells quote it: ``"..."`` (with ``\\"``), ``'...'`` and
 ``$'...'`` (going on after the ``'\\''`` of ``set``), to the closing quote or the end of the line, or
 bare, with backslash-escaped characters (``a\\ b``)."""
-_ITEM = r"""(?!\[REDACTED:[a-z0-9-]{1,32}\](?:[\s,\]"']|\Z))[^\s"'\\,\]]++"""
+_ITEM = r"""(?!\[REDACTED:[a-z0-9-]{1,32}\](?:[\s,\]"'\\]|\Z))[^\s"'\\,\]]++"""
 _ITEM_PREFIX = r"""(?(v27)(?:[bBuUrRfF]{1,2}+(?=["']))?)"""
 """A string prefix before a list item's quote, as Python prints one (``b'x'``, ``u'x'``, ``r"x"``): the
 value is the quoted text after it."""
@@ -279,6 +282,9 @@ _KEY_TAIL = "[0-9]{0,8}+(?:_[A-Za-z0-9_]{0,64}+)?"
 """More of an identifier after a keyword: a number (``DB_PASSWORD2``), then the rest (``DB_PASSWORD_PROD``):
 bounded, so a run of ``pass_pass_...``
 is not read again from each of its keywords."""
+_AWS_TAIL = "(?:[A-Z][A-Za-z0-9]{0,31}+)?"
+"""More of a CamelCase name after ``SecretAccessKey`` (``SecretAccessKeyProd``), before a number or an
+``_`` and more (``SecretAccessKey2``, ``SecretAccessKey_2``): bounded, read once."""
 _NUMBER = r"[0-9]{1,32}+(?:[.,][0-9]{1,32}+){0,8}+[kKmMbB]?+"
 """A count as a person writes it: ``512``, ``1.5``, ``1,234``, ``12k``, ``1.2M``."""
 _COUNT = re.compile(rf"""(?i:tokens)(?:_[A-Za-z0-9_]{{0,64}})?["']?[ \t]*[:=][ \t]*["']?{_NUMBER}"""
@@ -437,7 +443,8 @@ _RULES: tuple[_Rule, ...] = (
     # JSON ("SecretAccessKey": "..." from aws sts, "private_key": "..." of a service account).
     _Rule(
         "aws-secret-access-key",
-        _keyed(r"[Ss](?<!/[Ss])(?i:ecret_?access_?key)", r"[Ss](?<=/[Ss])(?i:ecret_?access_?key)"),
+        _keyed(rf"[Ss](?<!/[Ss])(?i:ecret_?access_?key){_AWS_TAIL}{_KEY_TAIL}",
+               rf"[Ss](?<=/[Ss])(?i:ecret_?access_?key){_AWS_TAIL}{_KEY_TAIL}"),
         _either_case("c", "(?<=(?i:sec))(?i:ret)"),
         _ASSIGNED,
     ),
@@ -478,7 +485,8 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(
         "password",
         r"-(?<![A-Za-z0-9-]-)(?:[A-Za-tv-z]{0,12}+u[ \t]*|-(?:proxy-)?user(?:[ \t]+|=))"
-        r"""(?:"[^"\n:]*:(?P<v1>[^"\n]+)"?|'[^'\n:]*:(?P<v2>[^'\n]+)'?|(?![-"'])[^\s:"']{0,128}+:(?P<v3>[^\s"']+))""",
+        r"""(?:"[^"\n:]*(?<!\[REDACTED):(?P<v1>[^"\n]+)"?|'[^'\n:]*(?<!\[REDACTED):(?P<v2>[^'\n]+)'?"""
+        r"""|(?![-"'])[^\s:"']{0,128}+(?<!\[REDACTED):(?P<v3>[^\s"']+))""",
         (r"-(?:[A-Za-tv-z]{0,12}u|-(?:proxy-)?user)",),
         ("v1", "v2", "v3"),
         check=_not_ids,

@@ -1438,3 +1438,55 @@ def test_a_python_dict_with_string_prefixes_is_masked_after_the_prefix(text: str
 def test_an_option_name_spelt_with_underscores_is_an_option(text: str, shown: str) -> None:
     assert _whole_and_streamed(text) == shown
     assert REDACTOR.redact_command(text) == shown
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("SecretAccessKey2=S3cretA", "SecretAccessKey2=[REDACTED:aws-secret-access-key]"),
+    ('"SecretAccessKeyProd": "S3cretA"', '"SecretAccessKeyProd": "[REDACTED:aws-secret-access-key]"'),
+    ("SecretAccessKey_2=S3cretA", "SecretAccessKey_2=[REDACTED:aws-secret-access-key]"),
+    ("- name: SecretAccessKeyProd\n  value: S3cretA",
+     "- name: SecretAccessKeyProd\n  value: [REDACTED:aws-secret-access-key]"),
+    ("<SecretAccessKeyProd>S3cretA</SecretAccessKeyProd>",
+     "<SecretAccessKeyProd>[REDACTED:aws-secret-access-key]</SecretAccessKeyProd>"),
+])
+def test_a_secret_access_key_going_on_past_its_keyword_is_a_key(text: str, shown: str) -> None:
+    assert _whole_and_streamed(text) == shown
+    assert REDACTOR.redact(shown) == shown
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("password: !<tag:yaml.org,2002:str> S3cretA", "password: !<tag:yaml.org,2002:str> [REDACTED:password]"),
+    ("password: !<tag:yaml.org,2002:str> &a S3cretA", "password: !<tag:yaml.org,2002:str> &a [REDACTED:password]"),
+    ("password: !<tag:yaml.org,2002:str>\n  S3cretA", "password: !<tag:yaml.org,2002:str>\n  [REDACTED:password]"),
+])
+def test_a_verbatim_yaml_tag_before_a_value_is_taken_whole(text: str, shown: str) -> None:
+    """``!<tag:yaml.org,2002:str>`` is a tag like ``!!str``: the value after it is masked, not the tag's
+    text after its comma."""
+    assert _whole_and_streamed(text) == shown
+    assert REDACTOR.redact(shown) == shown
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ('if (password === "S3cretA") {', 'if (password === "[REDACTED:password]") {'),
+    ('if ($password !== "S3cretA") {', 'if ($password !== "[REDACTED:password]") {'),
+    ("token===S3cretA", "token===[REDACTED:token]"),
+])
+def test_a_strict_comparison_is_a_separator(text: str, shown: str) -> None:
+    assert _whole_and_streamed(text) == shown
+    assert REDACTOR.redact(shown) == shown
+
+
+@pytest.mark.parametrize("text", [
+    "PASSWORD := S3cretA", "SECRET1==S3cretA", "[[ $DB_PASSWORD2 == S3cretA ]]", "-u<password1>S3cretA",
+    "[--password S3cretA\\", "password == S3cretA", "token := 'S3cretA'",
+])
+def test_masking_a_mask_after_a_two_character_separator_changes_nothing(text: str) -> None:
+    """The live view masks each line once more: ``==`` and ``:=`` before a mask were read again as ``=`` or
+    ``:`` and a value (``PASSWORD :[REDACTED:password] [REDACTED:password]``), the ``:`` of a mask after
+    ``-u`` as a user's and a password's, and a list's item before a ``\\`` lost its ``]`` on every pass."""
+    once = _whole_and_streamed(text)
+    assert "S3cretA" not in once and "[REDACTED:" in once
+    assert REDACTOR.redact(once) == once
+    assert REDACTOR.redact(once + "\n") == once + "\n"
+    stream = Redactor().stream()
+    assert stream.feed(text + "\n") + stream.flush() == once + "\n"
