@@ -186,6 +186,14 @@ the rules that reach over a newline to a value: the stream holds a line that end
 (``_XOPEN_END``) or in a keyword (``_NAME_END``) until the next one is complete."""
 
 
+_ESCAPED_SIBLING = (
+    rf"""\\"{_GAP}*+,{_GAP}*+(?:\\"[A-Za-z]{{1,32}}+\\"{_GAP}*+:{_GAP}*+"""
+    rf"""(?:\\"[^"\\\n]{{0,128}}+\\"|[0-9a-z]{{1,16}}+){_GAP}*+,{_GAP}*+){{0,3}}"""
+    rf"""\\"(?i:value)\\"{_GAP}*+:{_GAP}*+\\"(?P<v33>{_ESCAPED_QUOTED})"""
+)
+"""A name's value member inside a JSON string, its quotes escaped
+(``{\\"name\\":\\"DB_PASSWORD\\",\\"value\\":\\"x\\"}``, the SSM form too, as ``kubectl``'s
+last-applied annotation prints them): to its escaped closing quote."""
 _SIBLING_LINE = (
     rf"""["'](?:{_GAP}+(?i:value){_GAP}*={_GAP}*(?:"(?P<v8>[^"\n]++)"?|'(?P<v9>[^'\n]++)'?)"""
     r"""|[ \t]*>(?P<v10>[^<>\n]++)(?=</))"""
@@ -193,6 +201,7 @@ _SIBLING_LINE = (
     rf"""{_STR_PREFIX}(?:"[^"\\\n]{{0,128}}+"|'[^'\\\n]{{0,128}}+'|[0-9a-z]{{1,16}}+){_GAP}*+,{_GAP}*+){{0,3}}"""
     rf"""{_STR_PREFIX}(?:"(?i:value)"|'(?i:value)'){_GAP}*+:{_GAP}*+"""
     rf"""{_STR_PREFIX}(?:"(?P<v11>(?:[^"\\\n]++|\\[^\n]?)++)"?|'(?P<v31>(?:[^'\\\n]++|\\[^\n]?)++)'?)"""
+    rf"""|{_ESCAPED_SIBLING}"""
 )
 _SIBLING_NEXT = (
     rf"""["']?[ \t\r]{{0,{_NAME_BLANKS}}}\n[ \t]++(?i:value)[ \t]*:[ \t]*"""
@@ -257,8 +266,8 @@ def _keyed(keyword: str, slashed: str, value: str = _VALUE) -> str:
             rf"|<{_TAG_PREFIX}{keyword}{_DOTS_TAIL}{_XML_TAG})")
 
 
-_ASSIGNED = ("v1", "v2", "v32", "v23", "v24", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v31", "v12",
-             "v16", "v17", "v18", "v19", "v20", "v21", "v22")
+_ASSIGNED = ("v1", "v2", "v32", "v23", "v24", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v31", "v33",
+             "v12", "v16", "v17", "v18", "v19", "v20", "v21", "v22")
 _FLAG_VALUE = (
     r"""(?:"(?P<v1>(?:[^"\\\n]+|\\[^\n]?)+)"?|\$?'(?P<v2>(?:[^'\\\n]+|\\[^\n]?|'\\'')+)'?"""
     r"""|(?!\[REDACTED:[a-z0-9-]{1,32}\]\]*+(?:[\s,]|\Z))(?P<v3>(?:[^\s"'\\]+|\\[^\n])+))"""
@@ -351,8 +360,14 @@ _AUTH_HEAD = (
     r"""(?i:uthorization)["']?[ \t]*[:=][ \t]*+["']?+(?!(?i:basic|bearer)[ \t])"""
     r"""(?:[A-Za-z][A-Za-z0-9._-]{0,30}[ \t]+)?"""
 )
-_AUTH_GROUPS = ("v13", "v14", "v15")
-"""The credential of an Authorization header: to a closing ``"``, to a closing ``'``, to the end of the line."""
+_AUTH_ESCAPED_HEAD = (
+    r"""(?i:uthorization)\\"[ \t]*[:=][ \t]*+(?:\\")?+(?!(?i:basic|bearer)[ \t])"""
+    r"""(?:[A-Za-z][A-Za-z0-9._-]{0,30}[ \t]+)?"""
+)
+"""The same inside a JSON string, its quotes escaped (``\\"Authorization\\":\\"token x\\"``)."""
+_AUTH_GROUPS = ("v16", "v13", "v14", "v15")
+"""The credential of an Authorization header: to an escaped closing ``\\"`` inside a JSON string, to a
+closing ``"``, to a closing ``'``, to the end of the line."""
 
 
 def _either_case(first: str, rest: str) -> tuple[str, str]:
@@ -414,7 +429,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "basic-auth",
-        r"""[Aa](?i:uthorization)["']?[ \t]*[:=][ \t]*["']?(?i:basic)[ \t]+(?P<v1>[A-Za-z0-9+/]{4,}={0,2})""",
+        r"""[Aa](?i:uthorization)\\?["']?[ \t]*[:=][ \t]*(?:\\?["'])?(?i:basic)[ \t]+(?P<v1>[A-Za-z0-9+/]{4,}={0,2})""",
         _either_case("z", "(?<=(?i:authoriz))"),
         ("v1",),
     ),
@@ -430,7 +445,8 @@ _RULES: tuple[_Rule, ...] = (
     # the end of the line.
     _Rule(
         "authorization",
-        rf"""[Aa](?:(?<="[Aa]){_AUTH_HEAD}(?P<v13>(?:[^"\\\n]++|\\[^\n]?)++)"""
+        rf"""[Aa](?:(?<=\\"[Aa]){_AUTH_ESCAPED_HEAD}(?P<v16>{_ESCAPED_QUOTED})"""
+        rf"""|(?<="[Aa]){_AUTH_HEAD}(?P<v13>(?:[^"\\\n]++|\\[^\n]?)++)"""
         rf"""|(?<='[Aa]){_AUTH_HEAD}(?P<v14>[^'\n]++)|(?<!["'][Aa]){_AUTH_HEAD}(?P<v15>(?:[^\r\n]++|\r++(?!\n|\Z))++))""",
         _either_case("z", "(?<=(?i:authoriz))"),
         _AUTH_GROUPS,

@@ -1490,3 +1490,21 @@ def test_masking_a_mask_after_a_two_character_separator_changes_nothing(text: st
     assert REDACTOR.redact(once + "\n") == once + "\n"
     stream = Redactor().stream()
     assert stream.feed(text + "\n") + stream.flush() == once + "\n"
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ('{\\"name\\":\\"DB_PASSWORD\\",\\"value\\":\\"S3cretA\\"}',
+     '{\\"name\\":\\"DB_PASSWORD\\",\\"value\\":\\"[REDACTED:password]\\"}'),
+    ('{\\"Name\\":\\"/prod/db/password\\",\\"Type\\":\\"SecureString\\",\\"Value\\":\\"S3cretA\\"}',
+     '{\\"Name\\":\\"/prod/db/password\\",\\"Type\\":\\"SecureString\\",\\"Value\\":\\"[REDACTED:password]\\"}'),
+    ('{\\"name\\": \\"DB_PASSWORD\\", \\"value\\": \\"a\\\\\\"S3cretA\\"}',
+     '{\\"name\\": \\"DB_PASSWORD\\", \\"value\\": \\"[REDACTED:password]\\"}'),
+    ('"{\\"Authorization\\":\\"Basic TEVBSzpMRUFL\\"}"', '"{\\"Authorization\\":\\"Basic [REDACTED:basic-auth]\\"}"'),
+    ('"{\\"Authorization\\":\\"token S3cretAabc\\", \\"x\\":1}"',
+     '"{\\"Authorization\\":\\"token [REDACTED:authorization]\\", \\"x\\":1}"'),
+])
+def test_a_name_and_value_or_a_header_inside_a_json_string_is_masked(text: str, shown: str) -> None:
+    """``kubectl``'s last-applied annotation prints a manifest inside a JSON string, its quotes escaped: a
+    name's value member and an ``Authorization`` header there are masked to the escaped closing quote."""
+    assert _whole_and_streamed(text) == shown
+    assert REDACTOR.redact(shown) == shown
