@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from remote_bash import (
@@ -640,8 +640,12 @@ def test_hostile_output_is_returned_exactly(shared_host: Host) -> None:
         @_HYPOTHESIS
         @given(text=_hostile_text)
         def printf_text(text: str) -> None:
+            expected = _expected(text.encode(), redactor)
+            # A line with a carriage return is laid out as a terminal shows it, tabs as spaces: `\r`,
+            # 8,000 tabs and an `x` are 64,001 characters, past the output limit, and cut.
+            assume(len(expected) <= shared_host.output_limit)
             result = run(f"printf '%s' {shell_quote(text)}")
-            assert result.output == _expected(text.encode(), redactor)
+            assert result.output == expected
             assert result.exit_code == 0
             assert not result.shell_lost
             assert result.output_bytes == len(text.encode())
