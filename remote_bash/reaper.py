@@ -37,7 +37,7 @@ from collections.abc import Sequence
 
 from remote_bash._plain import Record, factory
 
-__all__ = ["KillScan", "kill_script", "orphan_script", "parse_kill_output", "uptime_ticks"]
+__all__ = ["KillScan", "kill_script", "orphan_script", "parse_kill_output", "reported", "uptime_ticks"]
 
 CALL_ENV = "REMOTE_BASH_CALL"
 SESSION_ENV = "REMOTE_BASH_SESSION"
@@ -67,6 +67,16 @@ def uptime_ticks(text: str) -> int | None:
     if not match:
         return None
     return int(match.group(1)) * TICKS_PER_SECOND + int((match.group(2) or "0").ljust(2, "0"))
+
+
+_REPORTED = re.compile(rb"(?:\A|\n)RBKILL [0-9]+\n")
+
+
+def reported(output: bytes) -> bool:
+    """True once ``output`` holds the script's last report, ``RBKILL <n>`` on a line of its own.
+    Only a whole line counts: the script's own text, echoed by a shell's ``set -x`` or ``set -v``
+    left on by a command, holds those words too, in the middle of a line."""
+    return _REPORTED.search(output) is not None
 
 
 def parse_kill_output(output: str) -> KillScan:

@@ -589,7 +589,7 @@ class RemoteBashSession:
 
                 def collect(data: bytes) -> None:
                     got.extend(data)
-                    if b"RBKILL " in got and got.endswith(b"\n"):
+                    if reaper.reported(got):
                         reported.set()
 
                 shell.on_data = collect
@@ -599,13 +599,13 @@ class RemoteBashSession:
                         skip_when_clean=True), self._names, restart=self._driver_left))
                 await _first_of(reported, shell.closed, timeout=10)
                 out = bytes(got)
-            if b"RBKILL " not in out:
+            if not reaper.reported(out):
                 with contextlib.suppress(RemoteBashError):
                     _status, text = await conn.run_side(reaper.kill_script(
                         tag, "KILL", also_pid=info.shell_pid, below=info.shell_pid, since=since), timeout=10)
                     out = text.encode()
             report = await self._session_end_report(out.decode("utf-8", "replace"), since)
-            if closing and b"RBKILL " in out and self._conn is conn:
+            if closing and reaper.reported(out) and self._conn is conn:
                 return report
         shell.close()
         with contextlib.suppress(TimeoutError):

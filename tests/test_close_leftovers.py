@@ -94,6 +94,32 @@ async def test_close_stops_what_a_command_left_running(web1: Host, hosts: TestHo
         _until(lambda: not _pids(mark, hosts.user), f"close to stop the {how} process")
 
 
+@pytest.mark.parametrize("option", ["set -x", "set -v", "set -xv"])
+async def test_close_stops_a_job_with_tracing_left_on(web1: Host, hosts: TestHosts, option: str) -> None:
+    """The shell echoes the end's script text when a command left ``set -x`` or ``set -v`` on: the
+    report's words in it are not the report, and the job is stopped all the same."""
+    mark = _marker()
+    with _reaped(mark, hosts.user):
+        session = RemoteBashSession(web1, kill_grace=0.5, audit=False)
+        await session.start()
+        await session.run(option)
+        r = await session.run(TAGGED["disown"].format(cmd=f"sh -c 'sleep 300; : {mark}'") + "\necho started")
+        assert "started" in r.output
+        _until(lambda: _pids(mark, hosts.user), "the job to start")
+        report = await session.close()
+        assert report is not None and report.signals == ["KILL"], report
+        _until(lambda: not _pids(mark, hosts.user), "close to stop the job")
+
+
+def test_only_a_report_line_of_its_own_ends_the_wait() -> None:
+    assert reaper.reported(b"RBUP 12.5\nRBKILL 0\n")
+    assert reaper.reported(b"RBKILL 3\n")
+    assert not reaper.reported(b"RBKILL 3")  # not whole yet
+    assert not reaper.reported(b"+ builtin exec /bin/sh -c 'echo \"RBKILL 0\"'\n")
+    assert not reaper.reported(b"then echo RBKILL 0\n")
+    assert not reaper.reported(b'echo "RBKILL $#"\n')
+
+
 @pytest.mark.parametrize("end", ["exit 0", "kill -9 $$"])
 async def test_close_stops_what_an_earlier_shell_of_the_session_left_running(web1: Host, hosts: TestHosts,
                                                                               end: str) -> None:
