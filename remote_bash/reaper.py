@@ -72,7 +72,7 @@ def uptime_ticks(text: str) -> int | None:
 _REPORTED = re.compile(rb"(?:\A|\n)RBKILL [0-9]+\n")
 
 
-def reported(output: bytes) -> bool:
+def reported(output: bytes | bytearray) -> bool:
     """True once ``output`` holds the script's last report, ``RBKILL <n>`` on a line of its own.
     Only a whole line counts: the script's own text, echoed by a shell's ``set -x`` or ``set -v``
     left on by a command, holds those words too, in the middle of a line."""
