@@ -817,9 +817,8 @@ def _tail_lines(text: str, n: int, *, whole: bool) -> str:
     return text[newline + 1:] if newline >= 0 else ""
 
 
-def exit_frame(script: str, names: ShellNames, *, restart: bool = False) -> bytes:
-    """What to send an idle shell so that it replaces itself with ``/bin/sh -c script``."""
-    # Nothing runs after an exec: no status line, and no check of a long script's end for one
-    # (half a millisecond of every session's close).
-    return frame_command(f"builtin exec /bin/sh -c {shell_quote(script)}", CallToken.new(), names, restart=restart,
-                         status_line=False)
+def exit_frame(text: str, names: ShellNames, *, restart: bool = False) -> bytes:
+    """What to send an idle shell so that it runs ``text``, which ends it (``exit`` or ``exec``)."""
+    # Nothing runs after the shell's end: no status line, and no check of a long script's end for
+    # one (half a millisecond of every session's close).
+    return frame_command(text, CallToken.new(), names, restart=restart, status_line=False)

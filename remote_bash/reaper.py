@@ -17,11 +17,11 @@ A call's processes are found three ways, all through /proc (Linux):
   rest. Elsewhere nothing tells a stray of this call from one of another login of the same user
   started at the same time: strays are reported, never signalled.
 
-At a session's end, the shell replaces itself with the script, and a cheap check first tells
-whether anything of the session can still exist outside the shell (:func:`_clean_block`): one
-``awk`` over every process's stat proves that nothing started since the shell is left where an
-escaped process could be, and the costly scan (a dozen processes, every process's environment
-read twice) is then skipped. Whenever it cannot prove that, the full scan runs.
+At a session's end, a cheap check run by the shell first tells whether anything of the session can
+still exist outside it (:func:`end_script`): one ``awk`` over every process's stat proves that
+nothing started since the shell is left where an escaped process could be, and the costly scan (a
+dozen processes, every process's environment read twice) is then skipped. Whenever it cannot
+prove that, the shell replaces itself with the full scan.
 
 The scripts print ``RBKILL <n>`` (processes signalled; on a round of INT, ``RBTERM <n>`` of them
 got TERM instead, as they ignore INT), ``RBUP <seconds since boot>``,
@@ -37,7 +37,7 @@ from collections.abc import Sequence
 
 from remote_bash._plain import Record, factory
 
-__all__ = ["KillScan", "kill_script", "orphan_script", "parse_kill_output", "reported", "uptime_ticks"]
+__all__ = ["KillScan", "end_script", "kill_script", "orphan_script", "parse_kill_output", "reported", "uptime_ticks"]
 
 CALL_ENV = "REMOTE_BASH_CALL"
 SESSION_ENV = "REMOTE_BASH_SESSION"
@@ -169,12 +169,14 @@ def _stray_block(shell_pid: int | str, since: int) -> str:
     )
 
 
-# The check of _clean_block. Input: every process's /proc directory, as arguments (the shell
-# expanded the list before awk started, so awk itself is not in it; a directory, not its stat file,
+# The check of end_script. Input: every process's /proc directory, as arguments (the shell
+# expanded the list before it started awk, so awk itself is not in it; a directory, not its stat file,
 # so the shell lists /proc without looking each file up), whose stat is read with getline (a process
-# gone since is skipped). Variables: S the shell, T the tick it started at. Exit status 0: nothing can
-# be left; 1: the full scan must run. Kernel threads never count; a zombie runs nothing. TAG is the
-# session's tag (``NAME=value``); an environment unreadable here is unreadable to the scan too.
+# gone since is skipped). Variables: S the shell (awk's parent), T the tick it started at. Exit status
+# 0: nothing can be left; 1: the full scan must run. Kernel threads never count; a zombie runs nothing.
+# TAG is the session's tag (``NAME=value``), which awk inherited from the shell: awk's own environment
+# proves that an environment is read whole, and the shell's (another process of the user) that the
+# user's can be read at all; an environment unreadable here is unreadable to the scan too.
 _CLEAN_AWK = r"""
 function uid(p,  f, l, u) {
   if (p in uids) return uids[p]
@@ -188,8 +190,9 @@ function tagged(p,  f, l, t) {
   close(f); return t
 }
 BEGIN {
-  # The environment of the shell holds the tag: if it cannot be read so, no other can.
-  if (!tagged(S)) exit 1
+  if (!tagged("self")) exit 1
+  f = "/proc/" S "/environ"; if ((getline l < f) < 0) exit 1
+  close(f)
   for (i = 1; i < ARGC; i++) {
     x = ARGV[i]; sub(/^\/proc\//, "", x); f = "/proc/" x "/stat"; l = ""
     if ((getline l < f) <= 0) { close(f); continue }
@@ -227,9 +230,12 @@ BEGIN {
 """
 
 
-def _clean_block(shell_pid: int, since: int, match: str) -> str:
-    """Sets ``g=1`` only when nothing started since ``since`` (ticks) can be left outside the shell,
-    which must be the process running the script (it replaced itself with it).
+def end_script(match: str, shell_pid: int, since: int | None) -> str:
+    """What the session's idle shell (bash, ``shell_pid``) runs at the session's end: it sets
+    nothing of the user's off but what could fool the check, and when :data:`_CLEAN_AWK` proves that
+    nothing started since ``since`` (ticks) can be left outside it, prints the report (``RBUP``,
+    ``RBCLEAN``, ``RBSCOPE none``, ``RBKILL 0``) and exits; otherwise it replaces itself with
+    ``/bin/sh`` running the full scan (:func:`kill_script`), at once when ``since`` is unknown.
 
     Why it is enough: a process the session started is below the shell until an ancestor of it
     exits; it is then adopted by the nearest child subreaper among its ancestors, or by init, so
@@ -241,21 +247,48 @@ def _clean_block(shell_pid: int, since: int, match: str) -> str:
     session's tag (``atd`` runs a job so). One ``awk`` reads every process's stat once, and the status
     and environment of the few that need it. A root session (every daemon is root's), a host whose
     init runs as the user, and a login in a cgroup of its own (the full scan also decides what its
-    strays are) leave ``g`` empty, and so does anything the check cannot read: the full scan runs."""
+    strays are) fail the check, and so does anything the check cannot read: the full scan runs.
+
+    The shell runs the check itself (no ``sh`` to start: a clean end costs one ``awk``), so the
+    user's state must not fool it: traps (a ``DEBUG`` trap could start a process after the check)
+    and ``set -e``/``-u``/``-f`` are turned off, ``awk`` is looked up in the standard path only
+    (``command -p``: no function, alias or directory of the user's stands in for it), and with a
+    ``GLOBIGNORE`` (which could hide processes from ``/proc/[0-9]*``) the check is not even tried.
+    """
     # The program goes between single quotes.
     assert "'" not in _CLEAN_AWK
+    full = kill_script(match, "KILL", exclude_self=True, below=shell_pid, since=since)
+    if since is None:  # no start time to check against: the full scan (without strays) it is
+        return f"builtin exec /bin/sh -c '{_quoted(full)}'\n"
     return (
-        f"S={shell_pid} g=\n"
-        'sc=; while IFS= read -r l; do case $l in *session-*.scope*) sc=1;; esac; done 2>/dev/null '
-        f"</proc/{shell_pid}/cgroup\n"
-        f"[ -z \"$sc\" ] && awk -v S={shell_pid} -v T={since} -v TAG={match} '{_CLEAN_AWK}' /proc/[0-9]* "
-        "2>/dev/null && g=1\n"
+        "{ builtin trap - DEBUG RETURN ERR EXIT; builtin set +aeufxv +o pipefail; } 2>/dev/null\n"
+        "_rbxu= _rbxg= _rbxs=; builtin read -r _rbxu _rbxv </proc/uptime 2>/dev/null\n"
+        "if [[ -z ${GLOBIGNORE+x} ]]; then\n"
+        "  while IFS= builtin read -r _rbxl; do case $_rbxl in *session-*.scope*) _rbxs=1;; esac; done "
+        f"2>/dev/null </proc/{shell_pid}/cgroup\n"
+        f"  [[ -z $_rbxs ]] && builtin command -p awk -v S={shell_pid} -v T={since} -v TAG={match} "
+        f"'{_CLEAN_AWK}' /proc/[0-9]* 2>/dev/null && _rbxg=1\n"
+        "fi\n"
+        "[[ -n $_rbxg ]] && { builtin printf 'RBUP %s\\nRBCLEAN\\nRBSCOPE none\\nRBKILL 0\\n' \"$_rbxu\"; "
+        "builtin exit 0; }\n"
+        f"builtin exec /bin/sh -c '{_quoted(full)}'\n"
     )
+
+
+def _quoted(script: str) -> str:
+    """``script`` for between single quotes."""
+    return script.replace("'", "'\\''")
+
+
+_PATH = "PATH=/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}; export PATH\n"
+"""The standard directories first: a script the session's shell replaces itself with inherits the
+PATH a command left (``PATH=/nowhere``, or a directory holding another ``awk``), and its tools
+(``grep``, ``sed``, ``awk``) must be the system's."""
 
 
 def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_pid: int | None = None,
                 exclude_self: bool = False, below: int | None = None, untagged_only: bool = False,
-                since: int | None = None, skip_when_clean: bool = False, login_strays: bool = False,
+                since: int | None = None, login_strays: bool = False,
                 abort_stop: bool = False) -> str:
     """A POSIX sh script that signals every process whose environment holds ``match``
     (``NAME=value``), and ``also_pid`` if given, then prints ``RBKILL <count>`` of the
@@ -268,9 +301,6 @@ def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_p
     With ``login_strays`` and ``since`` but no ``below`` (the shell died), strays are looked for
     as the script's own shell's: another channel of the same login.
 
-    ``skip_when_clean`` is for a script the shell ``below`` replaced itself with (its end): when
-    :func:`_clean_block` proves nothing of the session can be left, it reports ``RBCLEAN``,
-    ``RBSCOPE none`` and ``RBKILL 0`` without the scan.
     """
     if not re.fullmatch(r"[A-Z_]+=[A-Za-z0-9_]+", match):
         raise ValueError(f"bad process tag {match!r}")
@@ -309,15 +339,11 @@ def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_p
     strays = ""
     if since is not None and (below or login_strays):
         strays = _stray_block(below or "$$", since)
-    clean = ""
-    if skip_when_clean and below and since is not None:
-        clean = (_clean_block(below, since, match)
-                 + 'if [ -n "$g" ]; then echo "RBCLEAN"; echo "RBSCOPE none"; echo "RBKILL 0"; exit 0; fi\n')
     return (
+        _PATH
         # The clock first: the caller dates the call's start on the host by it.
-        'up=; read -r up rest </proc/uptime 2>/dev/null; echo "RBUP $up"\n'
-        f"{clean}"
-        f"{abort}"
+        + 'up=; read -r up rest </proc/uptime 2>/dev/null; echo "RBUP $up"\n'
+        + f"{abort}"
         f"p=$(cd /proc 2>/dev/null && grep -lsxzF '{match}' [0-9]*/environ 2>/dev/null | sed 's,/environ,,')\n"
         f"{extra}"
         f"{tree}"
@@ -381,4 +407,4 @@ def orphan_script(match: str, lost_shells: Sequence[tuple[int, int]]) -> str:
         f'if [ -n "$st" ] && [ "$st" -le {started} ]; then\n'
         f"{kill_script(match, 'KILL', also_pid=pid, below=pid)}fi\n"
         for pid, started in lost_shells)
-    return shells + kill_script(match, "KILL")
+    return _PATH + shells + kill_script(match, "KILL")

@@ -594,9 +594,8 @@ class RemoteBashSession:
 
                 shell.on_data = collect
                 with contextlib.suppress(RemoteBashError):
-                    shell.write(framing.exit_frame(reaper.kill_script(
-                        tag, "KILL", exclude_self=True, below=info.shell_pid, since=since,
-                        skip_when_clean=True), self._names, restart=self._driver_left))
+                    shell.write(framing.exit_frame(reaper.end_script(tag, info.shell_pid, since), self._names,
+                                                   restart=self._driver_left))
                 await _first_of(reported, shell.closed, timeout=10)
                 out = bytes(got)
             if not reaper.reported(out):

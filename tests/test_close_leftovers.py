@@ -23,7 +23,6 @@ from pathlib import Path
 import pytest
 
 from remote_bash import Host, RemoteBashSession, reaper
-from remote_bash.reaper import kill_script
 
 from .sshd import TestHosts, processes_with
 
@@ -94,18 +93,31 @@ async def test_close_stops_what_a_command_left_running(web1: Host, hosts: TestHo
         _until(lambda: not _pids(mark, hosts.user), f"close to stop the {how} process")
 
 
-@pytest.mark.parametrize("option", ["set -x", "set -v", "set -xv"])
-async def test_close_stops_a_job_with_tracing_left_on(web1: Host, hosts: TestHosts, option: str) -> None:
-    """The shell echoes the end's script text when a command left ``set -x`` or ``set -v`` on: the
-    report's words in it are not the report, and the job is stopped all the same."""
+LEFT_STATE = {
+    "set -x": "set -x",
+    "set -v": "set -v",
+    "set -xv": "set -xv",
+    "PATH": "PATH=/nowhere",
+    "functions": "awk() { return 0; }; sh() { return 0; }; grep() { return 0; }",
+    "GLOBIGNORE": "GLOBIGNORE='/proc/[0-9]*'",
+    "traps and options": "trap 'true' DEBUG EXIT ERR RETURN; set -euf -o pipefail; set -a",
+}
+
+
+@pytest.mark.parametrize("state", sorted(LEFT_STATE))
+async def test_close_stops_a_job_whatever_the_shell_was_left_with(web1: Host, hosts: TestHosts, state: str) -> None:
+    """The shell runs the end's check itself: no option, variable, function or trap a command left
+    makes it miss a job (nor the full scan, which inherits the shell's PATH). Traced or echoed,
+    the end's script text holds the report's words: they are not the report."""
     mark = _marker()
     with _reaped(mark, hosts.user):
         session = RemoteBashSession(web1, kill_grace=0.5, audit=False)
         await session.start()
-        await session.run(option)
-        r = await session.run(TAGGED["disown"].format(cmd=f"sh -c 'sleep 300; : {mark}'") + "\necho started")
+        # Out of the shell's tree: found by its tag, which takes grep and sed.
+        r = await session.run(TAGGED["double fork"].format(cmd=f"sh -c 'sleep 300; : {mark}'") + "\necho started")
         assert "started" in r.output
         _until(lambda: _pids(mark, hosts.user), "the job to start")
+        await session.run(LEFT_STATE[state])
         report = await session.close()
         assert report is not None and report.signals == ["KILL"], report
         _until(lambda: not _pids(mark, hosts.user), "close to stop the job")
@@ -219,7 +231,8 @@ async def test_a_clean_session_ends_without_a_report(web1: Host) -> None:
 _SUBREAPER = """
 import ctypes, os, subprocess, sys
 ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-shell = subprocess.Popen(["/bin/sh", "-c", sys.argv[2]], user=sys.argv[1], group=sys.argv[1], extra_groups=[],
+shell = subprocess.Popen(["bash", "--noprofile", "--norc", "-c", sys.argv[2]], user=sys.argv[1], group=sys.argv[1],
+                         extra_groups=[],
                          stderr=subprocess.DEVNULL)
 print(shell.pid, file=sys.stderr, flush=True)
 shell.wait()
@@ -231,24 +244,25 @@ SESSION_ID = "0123456789ab"
 
 def _run_close(user: str, before: str = "", *, wait_for: str | None = None, subreaper: bool = False,
                env_tag: bool = True) -> str:
-    """Start ``sh`` as ``user``, run ``before`` in it, then the end-of-session script with that
-    sh as the shell (the session's shell replaces itself with the script: ``$$`` is the shell). The
-    user's own group, not root's: with another group, the user's processes' environments could not
-    be read, as they can in a login."""
+    """Start ``bash`` as ``user``, run ``before`` in it, then the end-of-session script in that
+    bash, the shell (``$$``). The tag is exported by the shell, as the session's start-up script
+    does: it is not in the environment the shell started with. The user's own group, not root's:
+    with another group, the user's processes' environments could not be read, as they can in a
+    login."""
     with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as fh:
         path = Path(fh.name)
     os.chmod(path, 0o644)
-    command = f"{before}\nread -r script; . \"$script\""
+    tag = f"export REMOTE_BASH_SESSION={SESSION_ID}\n" if env_tag else ""
+    command = f"{tag}{before}\nread -r script; . \"$script\""
     env = {k: v for k, v in os.environ.items() if k != "REMOTE_BASH_SESSION"}
-    if env_tag:
-        env["REMOTE_BASH_SESSION"] = SESSION_ID  # as the session's shell has it
     if subreaper:
         proc = subprocess.Popen([sys.executable, "-c", _SUBREAPER, user, command], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         assert proc.stderr is not None
         shell_pid = int(proc.stderr.readline())
     else:
-        proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(["bash", "--noprofile", "--norc", "-c", command], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True, user=user, group=user, extra_groups=[],
                                 env=env)
         shell_pid = proc.pid
@@ -257,8 +271,7 @@ def _run_close(user: str, before: str = "", *, wait_for: str | None = None, subr
         start = int(stat.rsplit(")", 1)[1].split()[19])
         if wait_for is not None:
             _until(lambda: processes_with(wait_for, user), f"{wait_for} to start")
-        path.write_text(kill_script(f"REMOTE_BASH_SESSION={SESSION_ID}", "0", exclude_self=True, below=shell_pid,
-                                    since=start - 1, skip_when_clean=True))
+        path.write_text(reaper.end_script(f"REMOTE_BASH_SESSION={SESSION_ID}", shell_pid, start - 1))
         out, _ = proc.communicate(f"{path}\n", timeout=60)
         return out
     finally:

@@ -230,7 +230,7 @@ def test_the_frame_that_replaces_the_shell_adds_no_status_line() -> None:
     """Nothing runs after the exec: the long script's end is not searched for an operator."""
     from remote_bash.framing import exit_frame
 
-    frame = exit_frame("echo hi\n" * 500 + "true &&", ShellNames.new())
+    frame = exit_frame("echo hi\n" * 500 + "builtin exec /bin/sh -c 'true &&'", ShellNames.new())
     assert frame[32:33] == b"9"
     assert frame_command("true", CallToken.new(), ShellNames.new(), status_line=False)[32:33] == b"9"
 
