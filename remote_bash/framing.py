@@ -218,7 +218,9 @@ def driver(names: ShellNames) -> bytes:
         'builtin read -r -N "${_rbm:0:8}" _rbc; do '  # read -N takes the length in decimal, zeros and all
         # Plain ASCII without a FIFO is the common case; the others go through a function.
         f"case ${{_rbm:32:2}} in 0-) _rbz=$_rbq;; 9-) _rbz=;; *) {names.after}f;; esac; "
-        f"builtin export {CALL_ENV}=${{_rbm:8:12}}; "  # last before the eval: the command starts with $? at 0
+        # Quoted: `builtin export` is not seen as a declaration, so its word would be split on an IFS
+        # of a command's (hex digits in IFS cut the tag). Last before the eval: $? is 0 for the command.
+        f'builtin export {CALL_ENV}="${{_rbm:8:12}}"; '
         f'for _rbl in 1;do for _rbl in 1;do case ${{_rbi-}} in "") eval {command} '
         f"<&{NULL_FD} >&{SENTINEL_FD} 2>&1;; *) eval {command} >&{SENTINEL_FD} 2>&1 <\"$_rbi\";; esac;"
         f'done;done;done;{names.after} "${{_rbm:8:12}}" "${{_rbm:20:12}}" r\n'
@@ -296,8 +298,8 @@ def _reset(names: ShellNames) -> str:
         # `builtin break` its function named `break`. Inside a shell function `break` cannot leave
         # the loops around the call, and bash has no other way to unwind a function: the shell stops
         # itself (the rest of the command never runs) and the kill replaces it.
-        f"builtin trap '[[ ${{_rbl-}} ]] && {{ \\unset -f builtin; [[ ${{FUNCNAME-}} ]] && \\builtin kill -STOP $$; "
-        "\\builtin break 1000; } 2>/dev/null' "
+        f"builtin trap '[[ ${{_rbl-}} ]] && {{ \\unset -f builtin; [[ ${{FUNCNAME-}} ]] && "
+        '\\builtin kill -STOP "$$"; \\builtin break 1000; } 2>/dev/null\' '
         f"{ABORT_SIGNAL}; "
         f"case ${{TMOUT:+T}}$SHELLOPTS\\|$- in T*|*history*|*\\|*[xva]*) {names.after}s;; "
         "*) _rbp= _rbq=$_rbN;; esac"
@@ -368,7 +370,7 @@ def init_script(token: CallToken, names: ShellNames, env: dict[str, str], ulimit
     # Facts without starting a process: the kernel release from /proc where there is one, and
     # the clock since boot at the shell's start (process start times are compared with it).
     lines.append("_rbk=; builtin read -r _rbk </proc/sys/kernel/osrelease 2>/dev/null")
-    lines.append("_rbu=; builtin read -r _rbu _rbv </proc/uptime 2>/dev/null")
+    lines.append("_rbu=; IFS=' ' builtin read -r _rbu _rbv </proc/uptime 2>/dev/null")
     lines.append(
         "builtin printf 'RBINFO %s|%s|%s|%s|%s\\n' \"$$\" \"$BASH_VERSION\" "
         "\"${OSTYPE-} ${_rbk:-?} ${HOSTTYPE-}\" \"${USER:-${LOGNAME-}}\" \"${_rbu-}\""

@@ -262,7 +262,7 @@ def end_script(match: str, shell_pid: int, since: int | None) -> str:
         return f"builtin exec /bin/sh -c '{_quoted(full)}'\n"
     return (
         "{ builtin trap - DEBUG RETURN ERR EXIT; builtin set +aeufxv +o pipefail; } 2>/dev/null\n"
-        "_rbxu= _rbxg= _rbxs=; builtin read -r _rbxu _rbxv </proc/uptime 2>/dev/null\n"
+        "_rbxu= _rbxg= _rbxs=; IFS=' ' builtin read -r _rbxu _rbxv </proc/uptime 2>/dev/null\n"
         "if [[ -z ${GLOBIGNORE+x} ]]; then\n"
         "  while IFS= builtin read -r _rbxl; do case $_rbxl in *session-*.scope*) _rbxs=1;; esac; done "
         f"2>/dev/null </proc/{shell_pid}/cgroup\n"

@@ -230,6 +230,22 @@ async def test_timeout_kills_the_command_tree_and_keeps_the_shell(session: Remot
     assert after.output == "1\n/tmp\n"
 
 
+@pytest.mark.parametrize("ifs", ["0123456789abcdef", "0123456789"])
+async def test_an_ifs_of_digits_keeps_the_call_tag_and_the_kill(session: RemoteBashSession, hosts: TestHosts,
+                                                                ifs: str) -> None:
+    """The framing's words are quoted: an IFS of hex digits (the tag's, the shell's pid's) cuts
+    neither the process tag nor the abort, so a timeout still stops what left the shell's tree."""
+    await session.run(f"IFS={ifs}")
+    r = await session.run("sh -c 'printf %s \"$REMOTE_BASH_CALL\"'")
+    assert len(r.output) == 12 and all(c in "0123456789abcdef" for c in r.output), r.output
+    mark = marker()
+    r = await session.run(f"setsid -f sh -c 'sleep 300; : {mark}' >/dev/null 2>&1 </dev/null; sh -c 'sleep 300'",
+                          timeout=1)
+    assert r.timed_out and r.kill is not None and r.kill.survivors == 0, r.kill
+    assert processes_with(mark, hosts.user) == []
+    assert (await session.run("echo still")).output == "still\n"
+
+
 async def test_each_call_keeps_its_own_deadline(session: RemoteBashSession) -> None:
     # The session's deadline timer is kept from call to call: a sooner deadline after a later one
     # must still come, and a later one after a sooner one must not come early.
