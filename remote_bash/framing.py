@@ -62,8 +62,10 @@ __all__ = [
 SENTINEL_FD = 19
 """The descriptor the shell keeps pointing at the channel, for sentinels only."""
 
-SHELL_COMMAND = "exec bash --noprofile --norc 2>&1"
-"""What the exec channel runs: a non-login, non-interactive bash with no rc files, stderr merged."""
+SHELL_COMMAND = "BASH_ENV= exec bash --noprofile --norc 2>&1"
+"""What the exec channel runs: a non-login, non-interactive bash with no rc files, stderr merged.
+``BASH_ENV`` (which an rc file of the login shell may have exported) would be read all the same:
+emptied for the new bash only."""
 
 ABORT_SIGNAL = "USR2"
 """Sent to the shell itself on a timeout: its trap breaks out of the loop around the ``eval``,

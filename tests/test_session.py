@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import pwd
 import signal
 import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -244,6 +247,44 @@ async def test_an_ifs_of_digits_keeps_the_call_tag_and_the_kill(session: RemoteB
     assert r.timed_out and r.kill is not None and r.kill.survivors == 0, r.kill
     assert processes_with(mark, hosts.user) == []
     assert (await session.run("echo still")).output == "still\n"
+
+
+@contextlib.contextmanager
+def _rc_lines(user: str, text: str) -> Iterator[Path]:
+    """``text`` at the top of the user's ~/.bashrc (which bash reads for a command sshd runs), as a
+    command could have put it there; the file as it was afterwards. Yields the home directory."""
+    home = Path(pwd.getpwnam(user).pw_dir)
+    rc = home / ".bashrc"
+    before = rc.read_bytes() if rc.exists() else None
+    try:
+        rc.write_bytes(text.encode() + (before or b""))
+        yield home
+    finally:
+        if before is None:
+            rc.unlink(missing_ok=True)
+        else:
+            rc.write_bytes(before)
+
+
+async def test_rc_lines_a_command_wrote_shape_neither_the_shell_nor_the_kill(web1: Host, hosts: TestHosts) -> None:
+    """The session's shell reads no rc file, not even through a BASH_ENV one exported; the kill
+    runs in /bin/sh, which the login shell's rc state (``set -f``, a ``kill`` function) does not reach."""
+    env_file = Path(pwd.getpwnam(hosts.user).pw_dir) / ".rb-test-env"
+    env_file.write_text("rbfunc() { :; }\n")
+    env_file.chmod(0o644)
+    mark = marker()
+    try:
+        with _rc_lines(hosts.user, f"set -f\nkill() {{ :; }}\nexport BASH_ENV={env_file}\n"):
+            async with RemoteBashSession(web1, kill_grace=0.5, audit=False) as session:
+                assert (await session.run("type -t rbfunc || echo none")).output == "none\n"
+                r = await session.run(f"setsid -f sh -c 'sleep 300; : {mark}' >/dev/null 2>&1 </dev/null; sleep 300",
+                                      timeout=1)
+                assert r.timed_out and r.kill is not None and r.kill.survivors == 0, r.kill
+                assert processes_with(mark, hosts.user) == []
+    finally:
+        env_file.unlink(missing_ok=True)
+        for line in processes_with(mark, hosts.user):
+            os.kill(int(line.split()[0]), signal.SIGKILL)
 
 
 async def test_each_call_keeps_its_own_deadline(session: RemoteBashSession) -> None:

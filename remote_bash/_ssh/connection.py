@@ -12,6 +12,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import shlex
 import sys
 import weakref
 from collections.abc import Callable, Sequence
@@ -140,13 +141,17 @@ class SshConnection:
             self._conn.send_debug("")
 
     async def run_side(self, command: str, *, timeout: float) -> tuple[int | None, str]:
-        """Run a short command on a separate channel (used to kill a runaway command).
+        """Run a short POSIX sh script on a separate channel (used to kill a runaway command).
+
+        The account's login shell only starts ``/bin/sh`` with it: what a command may have written
+        in an rc file (``set -f``, a function named ``kill``, an alias) does not reach the script.
 
         Returns (exit status, stdout+stderr). Raises ConnectionLost when the connection is gone.
         """
         try:
             result = await asyncio.wait_for(
-                self._conn.run(command, check=False, stdin=asyncssh.DEVNULL, stderr=asyncssh.STDOUT),
+                self._conn.run(f"exec /bin/sh -c {shlex.quote(command)}", check=False, stdin=asyncssh.DEVNULL,
+                               stderr=asyncssh.STDOUT),
                 timeout,
             )
         except TimeoutError as exc:
