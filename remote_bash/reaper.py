@@ -108,13 +108,18 @@ def parse_kill_output(output: str) -> KillScan:
 # or a process of another user (sshd serving another login, cron). Kernel threads never count, nor
 # zombies (they run nothing: a chain the kill just ended leaves some until they are reaped).
 _STRAY_AWK = r"""
-/^Pid:/ { cp = $2; next }
-/^Uid:/ { uid[cp] = $2; next }
-/^[^0-9]/ { next }
-{ s = $0; n = s; sub(/^[^(]*\(/, "", n); sub(/\)[^)]*$/, "", n); sub(/^.*\) /, "", s);
-  split(s, f, " "); if (int(f[7] / 2097152) % 2) next
+/^Name:/ { held = "" }
+held == "" && /^Pid:/ { cp = $2; next }
+held == "" && /^Uid:/ { uid[cp] = $2; next }
+held == "" && /^[^0-9]/ { next }
+{ line = held == "" ? $0 : held "\n" $0; s = line; n = line
+  sub(/^[^(]*\(/, "", n); sub(/\)[^)]*$/, "", n); sub(/^.*\) /, "", s)
+  # A name holding a newline (a process may write its own) cut the line: joined with the next.
+  if (split(s, f, " ") < 20) { held = ++cut < 16 ? line : ""; next }
+  held = ""; cut = 0; split(line, g, " "); x = g[1]
+  if (int(f[7] / 2097152) % 2) next
   if (f[1] == "Z") next
-  pp[$1] = f[2]; st[$1] = f[20]; nm[$1] = n }
+  pp[x] = f[2]; st[x] = f[20]; nm[x] = n }
 END {
   # A shell gone (it died, or the kill replaced it): the shell of this script, on a channel of the
   # same login, stands in for it (its parent is the sshd of the login all the same).
@@ -197,7 +202,8 @@ BEGIN {
     x = ARGV[i]; sub(/^\/proc\//, "", x); f = "/proc/" x "/stat"; l = ""
     if ((getline l < f) <= 0) { close(f); continue }
     close(f)
-    s = l; sub(/^.*\) /, "", s); split(s, v, " ")
+    # A name holding a newline cut the line read: nothing can be proved.
+    s = l; sub(/^.*\) /, "", s); if (split(s, v, " ") < 20) exit 1
     if (int(v[7] / 2097152) % 2) continue
     pp[x] = v[2]; st[x] = v[20]; zombie[x] = (v[1] == "Z")
   }

@@ -177,12 +177,15 @@ async def test_close_or_restart_right_after_a_shell_died_stops_its_jobs(web1: Ho
         _until(lambda: not _pids(mark, hosts.user), "close to stop the dead shell's job")
 
 
-@pytest.mark.parametrize("how", ["env -i setsid", "env -i double fork"])
+@pytest.mark.parametrize("how", ["env -i setsid", "env -i double fork", "env -i, a newline in its name"])
 async def test_close_reports_a_daemon_that_cleared_its_environment(web1: Host, hosts: TestHosts, how: str) -> None:
     mark = _marker()
     command = {
         "env -i setsid": "(env -i setsid sh -c 'sleep 300; : {mark}' &)",
         "env -i double fork": "( ( exec env -i setsid sh -c 'sleep 300; : {mark}' & ) & )",
+        # The name's newline cuts its line of /proc/PID/stat in two.
+        "env -i, a newline in its name":
+            "(env -i setsid sh -c 'printf \"rb\\nx\" >/proc/$$/comm; sleep 300; : {mark}' &)",
     }[how].format(mark=mark)
     with _reaped(mark, hosts.user):
         session = RemoteBashSession(web1, kill_grace=0.5, audit=False)
@@ -328,6 +331,26 @@ def test_the_check_fails_for_a_process_that_left_the_tree(local_user: str, split
     start = f"p={a} q={b}; " + LEFT_THE_TREE[how].format(cmd="sh -c \"sleep 300; : $p$q\"")
     out = _run_close(local_user, start, wait_for=a + b, subreaper=subreaper)
     assert "RBCLEAN" not in out and "RBKILL" in out, out
+
+
+def test_the_check_fails_for_a_process_whose_name_holds_a_newline(local_user: str,
+                                                                  split_marker: tuple[str, str]) -> None:
+    """Its line of /proc/PID/stat is cut in two: the check cannot read it, so it proves nothing. The
+    process waits on a FIFO (no child to give it away)."""
+    a, b = split_marker
+    directory = Path(tempfile.mkdtemp(prefix="rb-fifo-"))
+    try:
+        directory.chmod(0o755)
+        fifo = directory / "fifo"
+        os.mkfifo(fifo, 0o666)
+        fifo.chmod(0o666)
+        start = (f"p={a} q={b}; ( setsid sh -c \"printf 'rb\\nx' >/proc/\\$\\$/comm; read x <>{fifo}; : $p$q\" "
+                 ">/dev/null 2>&1 </dev/null & )")
+        out = _run_close(local_user, start, wait_for=a + b)
+        assert "RBCLEAN" not in out and "RBKILL" in out, out
+    finally:
+        fifo.unlink(missing_ok=True)
+        directory.rmdir()
 
 
 def test_the_check_fails_for_a_process_an_older_daemon_started(local_user: str,
