@@ -144,8 +144,13 @@ END {
 """
 
 
-def _stray_block(shell_pid: int | str, since: int) -> str:
+def _stray_block(shell_pid: int | str, since: int, kind: str) -> str:
     """Find strays (see the module docstring); in a login's own cgroup they join ``$p``.
+
+    ``kind`` is the tag the scan looks for (``REMOTE_BASH_CALL`` or ``REMOTE_BASH_SESSION``): a
+    process tagged so is another call's or session's when it is not in ``$p``. One that carries
+    only a tag of the other kind is not: its own was taken away (``unset``, ``env -u``), and it
+    is looked at like any untagged process.
 
     ``shell_pid`` may be ``$$``: the script's own shell, a channel of the same login as the shell
     that died, whose parent is the login's sshd all the same."""
@@ -165,7 +170,7 @@ def _stray_block(shell_pid: int | str, since: int) -> str:
         'if [ -n "$cd_" ]; then c=" $(tr \'\\n\' \' \' <"$cd_/cgroup.procs" 2>/dev/null) "; '
         'echo "RBSCOPE cgroup"; else c="*"; echo "RBSCOPE none"; fi\n'
         # Tagged processes are another call's or session's (or already in $p).
-        f"x=\" $(cd /proc 2>/dev/null && grep -lsxzE '({CALL_ENV}|{SESSION_ENV})=[0-9a-f]+' [0-9]*/environ "
+        f"x=\" $(cd /proc 2>/dev/null && grep -lsxzE '{kind}=[0-9a-f]+' [0-9]*/environ "
         "2>/dev/null | sed 's,/environ,,' | tr '\\n' ' ') $p \"\n"
         "s=$({ cat /proc/[0-9]*/stat; cat /proc/[0-9]*/status; } 2>/dev/null | "
         f"awk -v S={shell_pid} -v M=$$ -v T={since} -v C=\"$c\" -v X=\"$x\" '{_STRAY_AWK}')\n"
@@ -344,7 +349,7 @@ def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_p
         )
     strays = ""
     if since is not None and (below or login_strays):
-        strays = _stray_block(below or "$$", since)
+        strays = _stray_block(below or "$$", since, match.partition("=")[0])
     return (
         _PATH
         # The clock first: the caller dates the call's start on the host by it.

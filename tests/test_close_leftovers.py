@@ -177,7 +177,8 @@ async def test_close_or_restart_right_after_a_shell_died_stops_its_jobs(web1: Ho
         _until(lambda: not _pids(mark, hosts.user), "close to stop the dead shell's job")
 
 
-@pytest.mark.parametrize("how", ["env -i setsid", "env -i double fork", "env -i, a newline in its name"])
+@pytest.mark.parametrize("how", ["env -i setsid", "env -i double fork", "env -i, a newline in its name",
+                                 "its session tag rewritten", "its session tag removed", "the shell's tag unset"])
 async def test_close_reports_a_daemon_that_cleared_its_environment(web1: Host, hosts: TestHosts, how: str) -> None:
     mark = _marker()
     command = {
@@ -186,6 +187,10 @@ async def test_close_reports_a_daemon_that_cleared_its_environment(web1: Host, h
         # The name's newline cuts its line of /proc/PID/stat in two.
         "env -i, a newline in its name":
             "(env -i setsid sh -c 'printf \"rb\\nx\" >/proc/$$/comm; sleep 300; : {mark}' &)",
+        # Still carrying the call's tag, not the session's: no other session's, so named all the same.
+        "its session tag rewritten": "(REMOTE_BASH_SESSION=zz setsid sh -c 'sleep 300; : {mark}' &)",
+        "its session tag removed": "(env -u REMOTE_BASH_SESSION setsid sh -c 'sleep 300; : {mark}' &)",
+        "the shell's tag unset": "unset REMOTE_BASH_SESSION; (setsid sh -c 'sleep 300; : {mark}' &)",
     }[how].format(mark=mark)
     with _reaped(mark, hosts.user):
         session = RemoteBashSession(web1, kill_grace=0.5, audit=False)

@@ -287,6 +287,24 @@ async def test_rc_lines_a_command_wrote_shape_neither_the_shell_nor_the_kill(web
             os.kill(int(line.split()[0]), signal.SIGKILL)
 
 
+async def test_a_timeout_names_a_process_whose_call_tag_was_taken_away(session: RemoteBashSession,
+                                                                       hosts: TestHosts) -> None:
+    """It still carries the session's tag, but no call's: not another call's, so it is named as a
+    process the kill could not tell apart (no login cgroup here), and the session's end stops it."""
+    mark = marker()
+    try:
+        r = await session.run(f"unset REMOTE_BASH_CALL; setsid -f sh -c 'sleep 300; : {mark}' >/dev/null 2>&1 "
+                              "</dev/null; sleep 300", timeout=1)
+        assert r.timed_out and r.kill is not None
+        pids = [line.split()[0] for line in processes_with(mark, hosts.user)]
+        assert pids and r.kill.unchecked is not None and pids[0] in r.kill.unchecked, r.kill
+        await session.close()
+        await wait_for(lambda: not processes_with(mark, hosts.user), within=10, what="the session's end to stop it")
+    finally:
+        for line in processes_with(mark, hosts.user):
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+
+
 async def test_each_call_keeps_its_own_deadline(session: RemoteBashSession) -> None:
     # The session's deadline timer is kept from call to call: a sooner deadline after a later one
     # must still come, and a later one after a sooner one must not come early.
