@@ -268,15 +268,17 @@ def _rc_lines(user: str, text: str) -> Iterator[Path]:
 
 async def test_rc_lines_a_command_wrote_shape_neither_the_shell_nor_the_kill(web1: Host, hosts: TestHosts) -> None:
     """The session's shell reads no rc file, not even through a BASH_ENV one exported; the kill
-    runs in /bin/sh, which the login shell's rc state (``set -f``, a ``kill`` function) does not reach."""
+    runs in /bin/sh, which the login shell's rc state (``set -f``, a ``kill`` function) does not reach.
+    What the rc file exports does reach the session (the README says so): SHELLOPTS sets noglob."""
     env_file = Path(pwd.getpwnam(hosts.user).pw_dir) / ".rb-test-env"
     env_file.write_text("rbfunc() { :; }\n")
     env_file.chmod(0o644)
     mark = marker()
     try:
-        with _rc_lines(hosts.user, f"set -f\nkill() {{ :; }}\nexport BASH_ENV={env_file}\n"):
+        with _rc_lines(hosts.user, f"set -f\nexport SHELLOPTS\nkill() {{ :; }}\nexport BASH_ENV={env_file}\n"):
             async with RemoteBashSession(web1, kill_grace=0.5, audit=False) as session:
                 assert (await session.run("type -t rbfunc || echo none")).output == "none\n"
+                assert "f" in (await session.run("echo $-")).output
                 r = await session.run(f"setsid -f sh -c 'sleep 300; : {mark}' >/dev/null 2>&1 </dev/null; sleep 300",
                                       timeout=1)
                 assert r.timed_out and r.kill is not None and r.kill.survivors == 0, r.kill
