@@ -79,8 +79,9 @@ TAGGED = {
 }
 
 
-@pytest.mark.parametrize("how", sorted(TAGGED))
-async def test_close_stops_what_a_command_left_running(web1: Host, hosts: TestHosts, how: str) -> None:
+async def _close_stops(web1: Host, hosts: TestHosts, how: str, then: str = "") -> None:
+    """A command leaves a ``how`` process running, ``then`` (a later call) changes the shell: the
+    session's end stops the process."""
     mark = _marker()
     with _reaped(mark, hosts.user):
         session = RemoteBashSession(web1, kill_grace=0.5, audit=False)
@@ -88,9 +89,16 @@ async def test_close_stops_what_a_command_left_running(web1: Host, hosts: TestHo
         r = await session.run(TAGGED[how].format(cmd=f"sh -c 'sleep 300; : {mark}'") + "\necho started")
         assert "started" in r.output
         _until(lambda: _pids(mark, hosts.user), f"the {how} process to start")
+        if then:
+            await session.run(then)
         report = await session.close()
         assert report is not None and report.signals == ["KILL"], report
         _until(lambda: not _pids(mark, hosts.user), f"close to stop the {how} process")
+
+
+@pytest.mark.parametrize("how", sorted(TAGGED))
+async def test_close_stops_what_a_command_left_running(web1: Host, hosts: TestHosts, how: str) -> None:
+    await _close_stops(web1, hosts, how)
 
 
 LEFT_STATE = {
@@ -108,19 +116,9 @@ LEFT_STATE = {
 async def test_close_stops_a_job_whatever_the_shell_was_left_with(web1: Host, hosts: TestHosts, state: str) -> None:
     """The shell runs the end's check itself: no option, variable, function or trap a command left
     makes it miss a job (nor the full scan, which inherits the shell's PATH). Traced or echoed,
-    the end's script text holds the report's words: they are not the report."""
-    mark = _marker()
-    with _reaped(mark, hosts.user):
-        session = RemoteBashSession(web1, kill_grace=0.5, audit=False)
-        await session.start()
-        # Out of the shell's tree: found by its tag, which takes grep and sed.
-        r = await session.run(TAGGED["double fork"].format(cmd=f"sh -c 'sleep 300; : {mark}'") + "\necho started")
-        assert "started" in r.output
-        _until(lambda: _pids(mark, hosts.user), "the job to start")
-        await session.run(LEFT_STATE[state])
-        report = await session.close()
-        assert report is not None and report.signals == ["KILL"], report
-        _until(lambda: not _pids(mark, hosts.user), "close to stop the job")
+    the end's script text holds the report's words: they are not the report. The job left the
+    shell's tree: it is found by its tag, which takes grep and sed."""
+    await _close_stops(web1, hosts, "double fork", LEFT_STATE[state])
 
 
 def test_only_a_report_line_of_its_own_ends_the_wait() -> None:
