@@ -59,6 +59,12 @@ class KillScan(Record, frozen=False):
     """Strays left alone (no cgroup to tell whose they are): pid and process name."""
     termed: int = 0
     """Of ``count``, on a round of INT: the processes that ignore INT, sent TERM instead."""
+    unanswered: bool = False
+    """The output held no ``RBKILL`` report: the script did not run to its end (an rc file of the
+    login shell that ends every command, a kill of the script), so nothing was checked."""
+    failed: bool = False
+    """The script could not start a helper (``grep``, ``awk``: a limit on the user's processes, most
+    likely), so what it searched for may have been missed."""
 
 
 def uptime_ticks(text: str) -> int | None:
@@ -81,11 +87,14 @@ def reported(output: bytes | bytearray) -> bool:
 
 def parse_kill_output(output: str) -> KillScan:
     """Read the report lines of a :func:`kill_script` run; anything else is ignored."""
-    scan = KillScan()
+    scan = KillScan(unanswered=True)
     for line in output.splitlines():
         head, _, rest = line.partition(" ")
         if head == "RBKILL" and rest.strip().isdigit():
             scan.count = int(rest)
+            scan.unanswered = False
+        elif line == "RBFAIL":
+            scan.failed = True
         elif head == "RBTERM" and rest.strip().isdigit():
             scan.termed = int(rest)
         elif head == "RBUP":
@@ -171,9 +180,9 @@ def _stray_block(shell_pid: int | str, since: int, kind: str) -> str:
         'echo "RBSCOPE cgroup"; else c="*"; echo "RBSCOPE none"; fi\n'
         # Tagged processes are another call's or session's (or already in $p).
         f"x=\" $(cd /proc 2>/dev/null && grep -lsxzE '{kind}=[0-9a-f]+' [0-9]*/environ "
-        "2>/dev/null | sed 's,/environ,,' | tr '\\n' ' ') $p \"\n"
+        "2>/dev/null | sed 's,/environ,,' | tr '\\n' ' ') $p \" || ef=1\n"
         "s=$({ cat /proc/[0-9]*/stat; cat /proc/[0-9]*/status; } 2>/dev/null | "
-        f"awk -v S={shell_pid} -v M=$$ -v T={since} -v C=\"$c\" -v X=\"$x\" '{_STRAY_AWK}')\n"
+        f"awk -v S={shell_pid} -v M=$$ -v T={since} -v C=\"$c\" -v X=\"$x\" '{_STRAY_AWK}') || ef=1\n"
         'if [ -n "$cd_" ]; then for y in $(echo "$s" | awk \'{print $1}\'); do p="$p $y"; done\n'
         'else echo "$s" | while read -r y n; do [ -n "$y" ] && echo "RBSTRAY $y $n"; done; fi\n'
     )
@@ -355,7 +364,9 @@ def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_p
         # The clock first: the caller dates the call's start on the host by it.
         + 'up=; read -r up rest </proc/uptime 2>/dev/null; echo "RBUP $up"\n'
         + f"{abort}"
-        f"p=$(cd /proc 2>/dev/null && grep -lsxzF '{match}' [0-9]*/environ 2>/dev/null | sed 's,/environ,,')\n"
+        # A helper that cannot start (a limit on the user's processes) fails its substitution: said.
+        f"ef=; p=$(cd /proc 2>/dev/null && grep -lsxzF '{match}' [0-9]*/environ 2>/dev/null | sed 's,/environ,,') "
+        "|| ef=1\n"
         f"{extra}"
         f"{tree}"
         f"{strays}"
@@ -366,7 +377,7 @@ def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_p
         + "set -- $p\n"
         + (_INT_OR_TERM if signal == "INT" else _FREEZE_THEN_KILL.format(match=match) if signal == "KILL" else
            f"if [ $# -gt 0 ] && [ {signal} != 0 ]; then kill -s {signal} \"$@\" 2>/dev/null; fi\n")
-        + 'echo "RBKILL $#"\n'
+        + '[ -n "$ef" ] && echo "RBFAIL"; echo "RBKILL $#"\n'
     )
 
 
@@ -380,8 +391,9 @@ def kill_script(match: str, signal: str, *, also_pid: int | None = None, abort_p
 _FREEZE_THEN_KILL = (
     '[ $# -gt 0 ] && kill -s STOP "$@" 2>/dev/null; f=" $* "; i=0; e=0\n'
     "while [ $i -lt 50 ] && [ $e -lt 3 ]; do i=$((i+1)); n=\n"
-    "  for x in $(cd /proc 2>/dev/null && grep -lsxzF '{match}' [0-9]*/environ 2>/dev/null | "
-    "sed 's,/environ,,'); do\n"
+    "  l_=$(cd /proc 2>/dev/null && grep -lsxzF '{match}' [0-9]*/environ 2>/dev/null | sed 's,/environ,,') "
+    "|| ef=1\n"
+    "  for x in $l_; do\n"
     '    [ "$x" = "$$" ] && continue; case $f in *" $x "*) ;; *) [ -d "/proc/$x" ] && n="$n $x";; esac; done\n'
     '  if [ -z "$n" ]; then e=$((e+1)); else e=0; kill -s STOP $n 2>/dev/null; f="$f$n "; fi\n'
     "done\n"

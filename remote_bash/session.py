@@ -1062,10 +1062,12 @@ class RemoteBashSession:
         self._lost_shells.clear()
         # One report per script run: a lost shell's, then the tag's.
         count = sum(int(line[7:]) for line in out.splitlines() if line.startswith("RBKILL ") and line[7:].isdigit())
-        report = KillReport._trusted(signals=["KILL"] if count else [], survivors=0,
-                                     cgroup=reaper.parse_kill_output(out).cgroup)
+        scan = reaper.parse_kill_output(out)
+        unchecked = _unchecked(scan, 0, "the lost call") if scan.unanswered or scan.failed else None
+        report = KillReport._trusted(signals=["KILL"] if count else [], survivors=0, cgroup=scan.cgroup,
+                                     unchecked=unchecked)
         self.last_kill = report
-        if count:
+        if count or report.unchecked:
             await self._audit_write("exec.kill", reason=_LOST, kill=report.model_dump(), processes=count,
                                     strict=False)
         return report
@@ -1218,6 +1220,15 @@ def _call_start(call: _Call, scan: reaper.KillScan, replied: float) -> int | Non
 
 def _unchecked(scan: reaper.KillScan, since: int | None, what: str) -> str | None:
     """The words for what a kill could not check, or None."""
+    if scan.unanswered:
+        return (f"the script that stops what {what} left running on the host gave no report: it could not "
+                "start a process there (a limit on the account's processes, nproc?) or the account's login "
+                "shell ended it (an 'exit' or 'exec' in ~/.bashrc ends every command sshd runs for the "
+                f"account). Processes of {what} may still be running")
+    if scan.failed:
+        return (f"the script that stops what {what} left running could not start its helpers (grep, awk) on "
+                "the host, most likely for a limit on the account's processes (nproc): processes of "
+                f"{what} may still be running")
     if since is None:
         return (f"the host's clock since boot (/proc/uptime) could not be read, so processes of {what} that "
                 "left its process tree and cleared or rewrote their environment could not be looked for")

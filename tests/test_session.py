@@ -307,6 +307,25 @@ async def test_a_timeout_names_a_process_whose_call_tag_was_taken_away(session: 
             os.kill(int(line.split()[0]), signal.SIGKILL)
 
 
+async def test_a_kill_the_login_shell_never_runs_is_said_to_have_checked_nothing(web1: Host, hosts: TestHosts) -> None:
+    """An rc line that ends every command but the session's own bash: the kill scripts never run,
+    and the reports say so rather than that nothing was left."""
+    mark = marker()
+    try:
+        with _rc_lines(hosts.user, "case $BASH_EXECUTION_STRING in *--norc*) ;; *) exit 0;; esac\n"):
+            session = RemoteBashSession(web1, kill_grace=0.2, audit=False)
+            # One process each, named by the mark (they outlive the test's session: it cleans up).
+            r = await session.run(f"setsid -f bash -c 'exec -a {mark} sleep 300' >/dev/null 2>&1 </dev/null; "
+                                  f"bash -c 'exec -a {mark}-fg sleep 300'", timeout=1)
+            assert r.timed_out and r.kill is not None, r
+            assert r.kill.unchecked is not None and "gave no report" in r.kill.unchecked, r.kill
+            report = await session.close()
+            assert report is not None and report.unchecked is not None and "gave no report" in report.unchecked
+    finally:
+        for line in processes_with(mark, hosts.user):
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+
+
 async def test_each_call_keeps_its_own_deadline(session: RemoteBashSession) -> None:
     # The session's deadline timer is kept from call to call: a sooner deadline after a later one
     # must still come, and a later one after a sooner one must not come early.
