@@ -326,6 +326,36 @@ async def test_a_kill_the_login_shell_never_runs_is_said_to_have_checked_nothing
             os.kill(int(line.split()[0]), signal.SIGKILL)
 
 
+def _processes_of(user: str) -> int:
+    uid = pwd.getpwnam(user).pw_uid
+    count = 0
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and entry.stat().st_uid == uid:
+                count += 1
+    return count
+
+
+async def test_a_kill_that_cannot_start_a_process_is_said_to_have_checked_nothing(web1: Host,
+                                                                                  hosts: TestHosts) -> None:
+    """A limit on the account's processes (here from ~/.bashrc, as PAM's nproc would set it for
+    every login) that the command's daemons use up: the session's end cannot start its check or its
+    scan, and says that nothing was checked."""
+    mark = marker()
+    limit = _processes_of(hosts.user) + 12
+    try:
+        with _rc_lines(hosts.user, f"ulimit -S -u {limit}\n"):
+            session = RemoteBashSession(web1, audit=False)
+            r = await session.run(f"for i in $(seq 40); do setsid -f bash -c 'exec -a {mark} sleep 300' "
+                                  ">/dev/null 2>&1 </dev/null || break; done; echo $i")
+            assert 1 < int(r.output) < 40, r.output
+            report = await session.close()
+            assert report is not None and report.unchecked is not None and "gave no report" in report.unchecked
+    finally:
+        for line in processes_with(mark, hosts.user):
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+
+
 async def test_each_call_keeps_its_own_deadline(session: RemoteBashSession) -> None:
     # The session's deadline timer is kept from call to call: a sooner deadline after a later one
     # must still come, and a later one after a sooner one must not come early.
