@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
+import signal
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -138,3 +141,27 @@ def processes_with(marker: str, user: str) -> list[str]:
     """Command lines of ``user``'s processes that contain ``marker`` (the remote side is local)."""
     out = subprocess.run(["ps", "-ww", "-u", user, "-o", "pid=,args="], capture_output=True, text=True, check=False)
     return [line for line in out.stdout.splitlines() if marker in line and "ps -u" not in line]
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (a marked ``sh`` and the ``sleep`` it waits for)."""
+    found, queue = [], [pid]
+    while queue and len(found) < 64:
+        current = queue.pop()
+        found.append(current)
+        for children in Path(f"/proc/{current}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                queue += [int(c) for c in children.read_text().split()]
+    return found
+
+
+@contextlib.contextmanager
+def reaped(marker: str, user: str) -> Iterator[None]:
+    """Whatever a test left running under ``marker`` is stopped at its end, children included."""
+    try:
+        yield
+    finally:
+        tops = [int(line.split()[0]) for line in processes_with(marker, user)]
+        for pid in [p for top in tops for p in _tree(top)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -9,9 +9,7 @@ for each way something could have been left.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -24,7 +22,7 @@ import pytest
 
 from remote_bash import Host, RemoteBashSession, reaper
 
-from .sshd import TestHosts, processes_with
+from .sshd import TestHosts, processes_with, reaped
 
 
 def _marker() -> str:
@@ -33,29 +31,6 @@ def _marker() -> str:
 
 def _pids(mark: str, user: str) -> list[int]:
     return [int(line.split()[0]) for line in processes_with(mark, user)]
-
-
-def _tree(pid: int) -> list[int]:
-    """``pid`` and its descendants (the marked ``sh`` and the ``sleep`` it waits for)."""
-    found, queue = [], [pid]
-    while queue and len(found) < 64:
-        current = queue.pop()
-        found.append(current)
-        for children in Path(f"/proc/{current}/task").glob("*/children"):
-            with contextlib.suppress(OSError):
-                queue += [int(c) for c in children.read_text().split()]
-    return found
-
-
-@contextlib.contextmanager
-def _reaped(mark: str, user: str) -> Iterator[None]:
-    """Whatever a test left running under ``mark`` is stopped at its end, children included."""
-    try:
-        yield
-    finally:
-        for pid in [p for top in _pids(mark, user) for p in _tree(top)]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
 
 
 def _until(predicate: object, what: str, timeout: float = 10) -> None:
@@ -83,7 +58,7 @@ async def _close_stops(web1: Host, hosts: TestHosts, how: str, then: str = "") -
     """A command leaves a ``how`` process running, ``then`` (a later call) changes the shell: the
     session's end stops the process."""
     mark = _marker()
-    with _reaped(mark, hosts.user):
+    with reaped(mark, hosts.user):
         session = RemoteBashSession(web1, kill_grace=0.5, audit=False)
         await session.start()
         r = await session.run(TAGGED[how].format(cmd=f"sh -c 'sleep 300; : {mark}'") + "\necho started")
@@ -136,7 +111,7 @@ async def test_close_stops_what_an_earlier_shell_of_the_session_left_running(web
     """A job of a shell that died (its state lost) outlives it, adopted by init; the session's next
     shell started after it, so close must not take that shell's clean state for the session's."""
     mark = _marker()
-    with _reaped(mark, hosts.user):
+    with reaped(mark, hosts.user):
         session = RemoteBashSession(web1, kill_grace=0.5, audit=False)
         await session.start()
         await session.run(f"sh -c 'sleep 300; : {mark}' &")
@@ -163,7 +138,7 @@ async def test_close_or_restart_right_after_a_shell_died_stops_its_jobs(web1: Ho
                                                                          then: str) -> None:
     """No shell is left to end, yet the dead one's job runs on, adopted by init: it is stopped."""
     mark = _marker()
-    with _reaped(mark, hosts.user):
+    with reaped(mark, hosts.user):
         session = await _shell_died_after(web1, hosts, mark, f"nohup sh -c 'sleep 300; : {mark}' >/dev/null 2>&1 &")
         if then == "restart":
             await session.restart()
@@ -190,7 +165,7 @@ async def test_close_reports_a_daemon_that_cleared_its_environment(web1: Host, h
         "its session tag removed": "(env -u REMOTE_BASH_SESSION setsid sh -c 'sleep 300; : {mark}' &)",
         "the shell's tag unset": "unset REMOTE_BASH_SESSION; (setsid sh -c 'sleep 300; : {mark}' &)",
     }[how].format(mark=mark)
-    with _reaped(mark, hosts.user):
+    with reaped(mark, hosts.user):
         session = RemoteBashSession(web1, kill_grace=0.5, audit=False)
         await session.start()
         await session.run(command)
@@ -208,7 +183,7 @@ async def test_a_daemon_a_dead_shell_left_is_named_at_close_or_restart(web1: Hos
     """The shell that started it is gone, so nothing is below it: the daemon is looked for from
     another channel of the same login, and named (no login cgroup here to stop it by)."""
     mark = _marker()
-    with _reaped(mark, hosts.user):
+    with reaped(mark, hosts.user):
         session = await _shell_died_after(web1, hosts, mark, f"(env -i setsid sh -c 'sleep 300; : {mark}' &)")
         if then == "restart":
             await session.restart()
@@ -299,7 +274,7 @@ def split_marker(hosts: TestHosts) -> Iterator[tuple[str, str]]:
     """A marker in two halves: the shell's command line holds each half, only the process it
     leaves holds them joined."""
     mark = _marker()
-    with _reaped(mark, hosts.user):
+    with reaped(mark, hosts.user):
         yield mark[:8], mark[8:]
 
 

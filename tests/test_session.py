@@ -29,7 +29,7 @@ from remote_bash import (
     UnknownHostKey,
 )
 
-from .sshd import TestHosts, processes_with
+from .sshd import TestHosts, processes_with, reaped
 from .waiting import wait_for
 
 
@@ -275,7 +275,8 @@ async def test_rc_lines_a_command_wrote_shape_neither_the_shell_nor_the_kill(web
     env_file.chmod(0o644)
     mark = marker()
     try:
-        with _rc_lines(hosts.user, f"set -f\nexport SHELLOPTS\nkill() {{ :; }}\nexport BASH_ENV={env_file}\n"):
+        with reaped(mark, hosts.user), _rc_lines(hosts.user, f"set -f\nexport SHELLOPTS\nkill() {{ :; }}\n"
+                                                             f"export BASH_ENV={env_file}\n"):
             async with RemoteBashSession(web1, kill_grace=0.5, audit=False) as session:
                 assert (await session.run("type -t rbfunc || echo none")).output == "none\n"
                 assert "f" in (await session.run("echo $-")).output
@@ -285,8 +286,6 @@ async def test_rc_lines_a_command_wrote_shape_neither_the_shell_nor_the_kill(web
                 assert processes_with(mark, hosts.user) == []
     finally:
         env_file.unlink(missing_ok=True)
-        for line in processes_with(mark, hosts.user):
-            os.kill(int(line.split()[0]), signal.SIGKILL)
 
 
 async def test_a_timeout_names_a_process_whose_call_tag_was_taken_away(session: RemoteBashSession,
@@ -294,7 +293,7 @@ async def test_a_timeout_names_a_process_whose_call_tag_was_taken_away(session: 
     """It still carries the session's tag, but no call's: not another call's, so it is named as a
     process the kill could not tell apart (no login cgroup here), and the session's end stops it."""
     mark = marker()
-    try:
+    with reaped(mark, hosts.user):
         r = await session.run(f"unset REMOTE_BASH_CALL; setsid -f sh -c 'sleep 300; : {mark}' >/dev/null 2>&1 "
                               "</dev/null; sleep 300", timeout=1)
         assert r.timed_out and r.kill is not None
@@ -302,28 +301,22 @@ async def test_a_timeout_names_a_process_whose_call_tag_was_taken_away(session: 
         assert pids and r.kill.unchecked is not None and pids[0] in r.kill.unchecked, r.kill
         await session.close()
         await wait_for(lambda: not processes_with(mark, hosts.user), within=10, what="the session's end to stop it")
-    finally:
-        for line in processes_with(mark, hosts.user):
-            os.kill(int(line.split()[0]), signal.SIGKILL)
 
 
 async def test_a_kill_the_login_shell_never_runs_is_said_to_have_checked_nothing(web1: Host, hosts: TestHosts) -> None:
     """An rc line that ends every command but the session's own bash: the kill scripts never run,
     and the reports say so rather than that nothing was left."""
     mark = marker()
-    try:
-        with _rc_lines(hosts.user, "case $BASH_EXECUTION_STRING in *--norc*) ;; *) exit 0;; esac\n"):
-            session = RemoteBashSession(web1, kill_grace=0.2, audit=False)
-            # One process each, named by the mark (they outlive the test's session: it cleans up).
-            r = await session.run(f"setsid -f bash -c 'exec -a {mark} sleep 300' >/dev/null 2>&1 </dev/null; "
-                                  f"bash -c 'exec -a {mark}-fg sleep 300'", timeout=1)
-            assert r.timed_out and r.kill is not None, r
-            assert r.kill.unchecked is not None and "gave no report" in r.kill.unchecked, r.kill
-            report = await session.close()
-            assert report is not None and report.unchecked is not None and "gave no report" in report.unchecked
-    finally:
-        for line in processes_with(mark, hosts.user):
-            os.kill(int(line.split()[0]), signal.SIGKILL)
+    with reaped(mark, hosts.user), _rc_lines(hosts.user, "case $BASH_EXECUTION_STRING in *--norc*) ;; *) exit 0;; "
+                                                        "esac\n"):
+        session = RemoteBashSession(web1, kill_grace=0.2, audit=False)
+        # One process each, named by the mark (they outlive the test's session: it cleans up).
+        r = await session.run(f"setsid -f bash -c 'exec -a {mark} sleep 300' >/dev/null 2>&1 </dev/null; "
+                              f"bash -c 'exec -a {mark}-fg sleep 300'", timeout=1)
+        assert r.timed_out and r.kill is not None, r
+        assert r.kill.unchecked is not None and "gave no report" in r.kill.unchecked, r.kill
+        report = await session.close()
+        assert report is not None and report.unchecked is not None and "gave no report" in report.unchecked
 
 
 def _processes_of(user: str) -> int:
@@ -344,22 +337,18 @@ async def test_a_kill_that_cannot_start_a_process_is_said_to_have_checked_nothin
     run and stop them all. Never a report of nothing left while something is."""
     mark = marker()
     limit = _processes_of(hosts.user) + 12
-    try:
-        with _rc_lines(hosts.user, f"ulimit -S -u {limit}\n"):
-            session = RemoteBashSession(web1, audit=False)
-            r = await session.run(f"for i in $(seq 40); do setsid -f bash -c 'exec -a {mark} sleep 300' "
-                                  ">/dev/null 2>&1 </dev/null || break; done; echo $i")
-            assert 1 < int(r.output) < 40, r.output
-            report = await session.close()
-            assert report is not None, report
-            if report.unchecked is None:
-                assert report.signals == ["KILL"], report
-                await wait_for(lambda: not processes_with(mark, hosts.user), within=10, what="the daemons to go")
-            else:
-                assert "may still be running" in report.unchecked, report
-    finally:
-        for line in processes_with(mark, hosts.user):
-            os.kill(int(line.split()[0]), signal.SIGKILL)
+    with reaped(mark, hosts.user), _rc_lines(hosts.user, f"ulimit -S -u {limit}\n"):
+        session = RemoteBashSession(web1, audit=False)
+        r = await session.run(f"for i in $(seq 40); do setsid -f bash -c 'exec -a {mark} sleep 300' "
+                              ">/dev/null 2>&1 </dev/null || break; done; echo $i")
+        assert 1 < int(r.output) < 40, r.output
+        report = await session.close()
+        assert report is not None, report
+        if report.unchecked is None:
+            assert report.signals == ["KILL"], report
+            await wait_for(lambda: not processes_with(mark, hosts.user), within=10, what="the daemons to go")
+        else:
+            assert "may still be running" in report.unchecked, report
 
 
 async def test_each_call_keeps_its_own_deadline(session: RemoteBashSession) -> None:
