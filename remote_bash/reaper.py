@@ -36,6 +36,7 @@ import re
 from collections.abc import Sequence
 
 from remote_bash._plain import Record, factory
+from remote_bash.framing import shell_quote
 
 __all__ = ["KillScan", "end_script", "kill_script", "orphan_script", "parse_kill_output", "reported", "uptime_ticks"]
 
@@ -279,7 +280,7 @@ def end_script(match: str, shell_pid: int, since: int | None) -> str:
     assert "'" not in _CLEAN_AWK
     full = kill_script(match, "KILL", exclude_self=True, below=shell_pid, since=since)
     if since is None:  # no start time to check against: the full scan (without strays) it is
-        return f"builtin exec /bin/sh -c '{_quoted(full)}'\n"
+        return f"builtin exec /bin/sh -c {shell_quote(full)}\n"
     return (
         "{ builtin trap - DEBUG RETURN ERR EXIT; builtin set +aeufxv +o pipefail; } 2>/dev/null\n"
         "_rbxu= _rbxg= _rbxs=; IFS=' ' builtin read -r _rbxu _rbxv </proc/uptime 2>/dev/null\n"
@@ -291,13 +292,8 @@ def end_script(match: str, shell_pid: int, since: int | None) -> str:
         "fi\n"
         "[[ -n $_rbxg ]] && { builtin printf 'RBUP %s\\nRBCLEAN\\nRBSCOPE none\\nRBKILL 0\\n' \"$_rbxu\"; "
         "builtin exit 0; }\n"
-        f"builtin exec /bin/sh -c '{_quoted(full)}'\n"
+        f"builtin exec /bin/sh -c {shell_quote(full)}\n"
     )
-
-
-def _quoted(script: str) -> str:
-    """``script`` for between single quotes."""
-    return script.replace("'", "'\\''")
 
 
 _PATH = "PATH=/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}; export PATH\n"

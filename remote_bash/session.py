@@ -1063,9 +1063,8 @@ class RemoteBashSession:
         # One report per script run: a lost shell's, then the tag's.
         count = sum(int(line[7:]) for line in out.splitlines() if line.startswith("RBKILL ") and line[7:].isdigit())
         scan = reaper.parse_kill_output(out)
-        unchecked = _unchecked(scan, 0, "the lost call") if scan.unanswered or scan.failed else None
         report = KillReport._trusted(signals=["KILL"] if count else [], survivors=0, cgroup=scan.cgroup,
-                                     unchecked=unchecked)
+                                     unchecked=_script_unchecked(scan, "the lost call"))
         self.last_kill = report
         if count or report.unchecked:
             await self._audit_write("exec.kill", reason=_LOST, kill=report.model_dump(), processes=count,
@@ -1218,8 +1217,8 @@ def _call_start(call: _Call, scan: reaper.KillScan, replied: float) -> int | Non
     return scan.uptime - math.ceil((replied - call.sent_at) * reaper.TICKS_PER_SECOND) - 1
 
 
-def _unchecked(scan: reaper.KillScan, since: int | None, what: str) -> str | None:
-    """The words for what a kill could not check, or None."""
+def _script_unchecked(scan: reaper.KillScan, what: str) -> str | None:
+    """The words for a kill script that did not run through, or None."""
     if scan.unanswered:
         return (f"the script that stops what {what} left running on the host gave no report: it could not "
                 "start a process there (a limit on the account's processes, nproc?) or the account's login "
@@ -1229,6 +1228,13 @@ def _unchecked(scan: reaper.KillScan, since: int | None, what: str) -> str | Non
         return (f"the script that stops what {what} left running could not start its helpers (grep, awk) on "
                 "the host, most likely for a limit on the account's processes (nproc): processes of "
                 f"{what} may still be running")
+    return None
+
+
+def _unchecked(scan: reaper.KillScan, since: int | None, what: str) -> str | None:
+    """The words for what a kill could not check, or None."""
+    if failed := _script_unchecked(scan, what):
+        return failed
     if since is None:
         return (f"the host's clock since boot (/proc/uptime) could not be read, so processes of {what} that "
                 "left its process tree and cleared or rewrote their environment could not be looked for")
