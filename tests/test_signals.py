@@ -7,7 +7,6 @@ naming it. The same for the kept session's background process and the MCP server
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -24,7 +23,7 @@ import pytest
 from remote_bash.models import Host
 
 from .messages_server import MessagesServer, Reply, text, tool_use
-from .sshd import TestHosts, processes_with
+from .sshd import TestHosts, processes_with, reaped
 from .test_cli import CLI, audit_records, base_env, cli, host_entry, write_inventory
 from .test_keep import daemon_pids
 from .waiting import wait_until
@@ -190,18 +189,14 @@ def test_a_timeout_that_left_strays_says_so_in_its_one_line(env: dict[str, str],
     mark = str(uuid.uuid4().int)[:12]
     # A daemon that cleared its environment and left the process tree: on a host without a cgroup
     # per login it cannot be found for sure, and that must reach the terminal, not only --json.
-    out = cli(env, "exec", "--timeout", "1.5", "sig-a", "--",
-              f"(env -i setsid sh -c 'sleep 300; : {mark}' &); echo started; sleep 100")
-    try:
+    with reaped(mark, hosts.user):
+        out = cli(env, "exec", "--timeout", "1.5", "sig-a", "--",
+                  f"(env -i setsid sh -c 'sleep 300; : {mark}' &); echo started; sleep 100")
         assert out.returncode == 124, out.stderr
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and "was killed;" in lines[0] and "; not checked:" in lines[0], out.stderr
         pids = [line.split()[0] for line in processes_with(mark, hosts.user)]
         assert pids and any(pid in lines[0] for pid in pids), (pids, lines)
-    finally:
-        for line in processes_with(mark, hosts.user):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(line.split()[0]), signal.SIGKILL)
 
 
 def test_the_http_server_names_an_ipv6_url_in_brackets_and_stops_on_sigterm(env: dict[str, str]) -> None:
