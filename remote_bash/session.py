@@ -475,6 +475,11 @@ class RemoteBashSession:
                 # exits at once): said below, with what it printed and its exit status.
             else:
                 await self._wait(startup, shell, self.host.connect_timeout)
+                if not startup.finished and shell.exited and not shell.closed.is_set() and not conn.is_closed:
+                    # sshd sends the exit status as soon as the process ends, which can be before
+                    # the rest of what it printed (a ForceCommand's message) has been sent: that
+                    # is all here only once the channel has closed.
+                    await _first_of(shell.closed, conn.lost, timeout=2)
         except (Exception, asyncio.CancelledError):
             # Cancelled or failed half-way: this shell's start-up output must not reach a call.
             self._call = None
