@@ -241,8 +241,9 @@ class RemoteBashSession:
     # thirty-odd names was about 1.5 KiB of each. ``__dict__`` too, made only when something else is
     # set on a session (a wrapped method, a caller's own tag), so that still works.
     __slots__ = (
-        "__dict__", "__weakref__", "_allowed", "_audit", "_between", "_call", "_conn", "_credentials", "_deadline",
-        "_driver_left", "_feed", "_first_started", "_gate", "_kill_grace", "_lock", "_lost_shells", "_names",
+        "__dict__", "__weakref__", "_allowed", "_audit", "_between", "_call", "_conn", "_credentials", "_cut",
+        "_deadline", "_driver_left", "_feed", "_first_started", "_gate", "_kill_grace", "_lock", "_lost_shells",
+        "_names",
         "_orphaned", "_redact_head", "_redact_tail", "_redactor", "_running", "_shell", "_shell_lost", "_shells",
         "_stopping", "host", "info", "jump_hosts", "last_kill", "operator", "session_id", "state",
     )
@@ -309,6 +310,8 @@ class RemoteBashSession:
         self._allowed: tuple[str, Any] | None = None
         """The command ``check_policy`` just allowed, with the policy it was checked against."""
         self._running: asyncio.Task[Any] | None = None
+        self._cut: _Cut | None = None
+        """The call that ``close()`` or ``restart()`` interrupted: its caller is told so, not cancelled."""
         self._stopping: asyncio.Future[None] | None = None
         """The stop of an interrupted call, while it runs: the next use of the shell waits for it."""
         self.last_kill: KillReport | None = None
@@ -342,13 +345,16 @@ class RemoteBashSession:
         if self.state is SessionState.CLOSED:
             return None
         self.state = SessionState.CLOSED
-        await self._interrupt_running()
+        cut = await self._interrupt_running("closed")
         async with self._lock:
             await self._stopped()
             if self._conn is not None and self._conn.is_closed and self.info is not None:
                 # Lost between calls: what earlier calls left in the background runs on there.
                 self._orphan()
             report = await self._drop_shell(kill=True, closing=True)
+            if cut is not None and cut.kill is not None:
+                # The interrupted call's processes were stopped first: that is part of this close.
+                report = _merged(cut.kill, report)
             self._deadline.cancel()
             unstopped: ConnectionLost | None = None
             if self._orphaned:
@@ -393,7 +399,7 @@ class RemoteBashSession:
         ``last_kill`` then says what was done to the old shell's processes, and what could not be
         checked."""
         self._check_open()
-        await self._interrupt_running()
+        await self._interrupt_running("restarted")
         async with self._lock:
             await self._stopped()
             await self._drop_shell(kill=True)
@@ -401,13 +407,37 @@ class RemoteBashSession:
             assert self.info is not None
             return self.info
 
-    async def _interrupt_running(self) -> None:
-        """Cancel the call in flight, if any (its remote command is killed), and wait for it."""
+    async def _interrupt_running(self, why: Literal["closed", "restarted"]) -> _Cut | None:
+        """Stop the call in flight, if any (its remote command is killed), and wait for it. Its
+        caller gets a SessionError saying so (``run`` turns this cancel into it), not a bare
+        CancelledError: the task is the caller's, and nobody cancelled it but this session."""
         task = self._running
         if task is None or task.done() or task is asyncio.current_task():
-            return
+            return None
+        cut = self._cut = _Cut(task, why)
         task.cancel()
         await asyncio.wait([task], timeout=15)  # its outcome is its caller's; only its end matters here
+        return cut
+
+    def _cut_short(self, cut: _Cut) -> SessionError:
+        """The error for the caller of a call that ``close()`` or ``restart()`` interrupted."""
+        what = "the session was closed" if cut.why == "closed" else "the shell was restarted"
+        kill = cut.kill
+        if not cut.sent:
+            said = "before the command was sent; it did not run"
+        elif kill is None:
+            said = ("while the command ran, and the command could not be stopped by itself: the session's "
+                    f"{'end' if cut.why == 'closed' else 'restart'} stops what the session left running")
+        else:
+            said = "while the command ran; it was stopped"
+            said += f" (signals sent: {', '.join(kill.signals)})" if kill.signals else " (it had ended)"
+            if kill.survivors:
+                said += f", but {kill.survivors} of its processes could not be killed"
+            if kill.unchecked:
+                said += f"; not checked: {kill.unchecked}"
+        said += ". It is not run again"
+        error = SessionClosed if cut.why == "closed" else SessionError
+        return error(f"{what} {said}", host=self.host.name)
 
     async def _abandon(self, conn: SshConnection) -> None:
         """Drop a connection that stopped answering; the next connect, or close, cleans up after it."""
@@ -686,7 +716,7 @@ class RemoteBashSession:
             self._check_open()
             if self.state is SessionState.NEW:
                 self.state = SessionState.OPEN
-            self._running = asyncio.current_task()
+            self._running = task = asyncio.current_task()
             try:
                 shell = self._shell
                 if self._stopping is not None or shell is None or shell.closed.is_set() or shell.exited:
@@ -694,8 +724,18 @@ class RemoteBashSession:
                 if stdin is not None:
                     return await self._run_fed(command, deadline_s, tool_use_id, on_output, stdin)
                 return await self._run_locked(command, deadline_s, tool_use_id, on_output)
+            except asyncio.CancelledError:
+                cut = self._cut
+                # Only this session's own cancel becomes an error; one from anyone else (Ctrl-C, a
+                # timeout around the call, a task group) stays a cancel, as asyncio.timeout does it.
+                if cut is None or task is None or cut.task is not task or task.cancelling() != 1:
+                    raise
+                task.uncancel()
+                raise self._cut_short(cut) from None
             finally:
                 self._running = None
+                if self._cut is not None and self._cut.task is task:
+                    self._cut = None
 
     async def _run_fed(self, command: str, timeout: float, tool_use_id: str | None,
                        on_output: Callable[[str], None] | None, stdin: _stdin.StdinSource) -> CommandResult:
@@ -805,8 +845,11 @@ class RemoteBashSession:
             # Ctrl-C or a cancelled task: the remote command must not run on unattended. Its stop
             # runs as a task of its own, so that a second cancel cannot cut it short; the next use
             # of the shell waits for it (_stopped).
+            cut = self._cut if self._cut is not None and self._cut.task is asyncio.current_task() else None
+            if cut is not None:
+                cut.sent = True
             self._stopping = asyncio.ensure_future(
-                self._stop_interrupted(call, shell, conn, command, tool_use_id, started))
+                self._stop_interrupted(call, shell, conn, command, tool_use_id, started, cut))
             await asyncio.shield(self._stopping)
             raise
         except Exception:
@@ -830,12 +873,14 @@ class RemoteBashSession:
             ) from exc
 
     async def _stop_interrupted(self, call: _Call, shell: ShellChannel, conn: SshConnection, command: str,
-                                tool_use_id: str | None, started: float) -> None:
+                                tool_use_id: str | None, started: float, cut: _Cut | None) -> None:
         """Kill what an interrupted call started, drop the shell when its sentinel did not come
         (it may still come: this shell cannot be trusted with the next call), and audit the end."""
         kill: KillReport | None = None
         try:
             kill = await self._kill_call(call, shell, conn, "interrupted")
+            if cut is not None:
+                cut.kill = kill
         except RemoteBashError:
             # The kill channel failed: the sentinel did not come, so the shell is dropped below.
             # With the connection gone, what the call left is stopped as a lost call's is.
@@ -1180,6 +1225,29 @@ class RemoteBashSession:
 
 class _Settable(Protocol):
     def wait(self) -> Coroutine[Any, Any, object]: ...
+
+
+class _Cut:
+    """A call that ``close()`` or ``restart()`` interrupted: by what, and what was done to it."""
+
+    __slots__ = ("kill", "sent", "task", "why")
+
+    def __init__(self, task: asyncio.Task[Any], why: Literal["closed", "restarted"]) -> None:
+        self.task = task
+        self.why = why
+        self.sent = False
+        """The command had been sent (else the cancel came while connecting or starting the shell)."""
+        self.kill: KillReport | None = None
+
+
+def _merged(first: KillReport, then: KillReport | None) -> KillReport:
+    """One report of two kills in a row: an interrupted call's, then the session end's."""
+    if then is None:
+        return first
+    unchecked = "; ".join(dict.fromkeys(u for u in (first.unchecked, then.unchecked) if u)) or None
+    return KillReport._trusted(signals=[*first.signals, *(s for s in then.signals if s not in first.signals)],
+                               survivors=then.survivors, shell_replaced=first.shell_replaced or then.shell_replaced,
+                               cgroup=first.cgroup or then.cgroup, unchecked=unchecked)
 
 
 async def _first_of(*events: _Settable, timeout: float) -> None:

@@ -26,6 +26,7 @@ from remote_bash import (
     KnownHostsMissing,
     RemoteBashSession,
     SessionClosed,
+    SessionError,
     UnknownHostKey,
 )
 
@@ -724,8 +725,42 @@ async def test_close_interrupts_a_running_command(web1: Host, hosts: TestHosts) 
     task = asyncio.create_task(s.run(f"bash -c 'sleep 1000; : {mark}'", timeout=60))
     await wait_for(lambda: processes_with(mark, hosts.user), within=10, what="the command to start")
     started = time.monotonic()
-    await s.close()
+    report = await s.close()
     assert time.monotonic() - started < 10
+    # The caller is told what happened to its command, not cancelled: nobody cancelled its task.
+    with pytest.raises(SessionClosed, match=r"^web-1: the session was closed while the command ran; it was "
+                                            r"stopped \(signals sent: INT[^)]*\)\. It is not run again$"):
+        await task
+    assert not task.cancelled()
+    assert processes_with(mark, hosts.user) == []
+    # close() reports the stop of the command it interrupted.
+    assert report is not None and report.signals[:1] == ["INT"] and report.survivors == 0
+
+
+async def test_restart_interrupts_a_running_command_and_says_so(web1: Host, hosts: TestHosts) -> None:
+    mark = marker()
+    async with RemoteBashSession(web1, kill_grace=0.3) as s:
+        await s.run("export KEPT=1")
+        task = asyncio.create_task(s.run(f"bash -c 'sleep 1000; : {mark}'", timeout=60))
+        await wait_for(lambda: processes_with(mark, hosts.user), within=10, what="the command to start")
+        await s.restart()
+        with pytest.raises(SessionError, match=r"the shell was restarted while the command ran; it was stopped") \
+                as err:
+            await task
+        assert not isinstance(err.value, SessionClosed)
+        assert processes_with(mark, hosts.user) == []
+        assert (await s.run("echo ${KEPT:-reset}")).output == "reset\n"
+
+
+async def test_a_cancel_of_the_callers_own_is_still_a_cancel_when_close_comes_too(web1: Host,
+                                                                                  hosts: TestHosts) -> None:
+    mark = marker()
+    s = RemoteBashSession(web1, kill_grace=0.3)
+    await s.start()
+    task = asyncio.create_task(s.run(f"bash -c 'sleep 1000; : {mark}'", timeout=60))
+    await wait_for(lambda: processes_with(mark, hosts.user), within=10, what="the command to start")
+    task.cancel()  # the caller's own cancel (Ctrl-C), then the close
+    await s.close()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert processes_with(mark, hosts.user) == []

@@ -311,6 +311,8 @@ class _Daemon:
             self.stop(f"the call failed ({type(exc).__name__}): closing the session")
 
     async def _call(self, request: dict[str, Any], reader: asyncio.StreamReader, send: Send) -> None:
+        from remote_bash.errors import SessionClosed
+
         assert self.ctx is not None and self.inventory is not None
         if self.session is not None:
             try:
@@ -347,12 +349,16 @@ class _Daemon:
                 if current is not None and current.cancelling():
                     raise
                 echo.finish(None)
-                if not by_client and self.stopping is not None:
-                    # Nobody pressed Ctrl-C: the session was closed under the call; say by what.
-                    send({"e": f"{PROG}: {self.host}: the kept session was closed during the call "
-                               f"({self.stopping}); the command was killed", "x": EXIT_ERROR})
-                else:
-                    send({"e": f"{PROG}: interrupted", "x": EXIT_INTERRUPTED})
+                send({"e": f"{PROG}: interrupted", "x": EXIT_INTERRUPTED})
+                return
+            except SessionClosed as exc:
+                echo.finish(None)
+                if self.stopping is None:
+                    raise
+                # Nobody pressed Ctrl-C: the session was closed under the call; say by what, and
+                # what was done to the command (the session's words).
+                send({"e": f"{PROG}: {self.host}: the kept session was closed during the call "
+                           f"({self.stopping}): {_one_line(exc.message)}", "x": EXIT_ERROR})
                 return
             except Exception as exc:
                 echo.finish(None)
