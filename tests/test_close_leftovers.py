@@ -9,7 +9,9 @@ for each way something could have been left.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -355,14 +357,17 @@ def test_the_check_fails_for_a_tagged_process_below_another_users_daemon(local_u
     a, b = split_marker
     job = f"p={a} q={b}; sleep 1; runuser -u {local_user} -- env REMOTE_BASH_SESSION={SESSION_ID} " \
           f"sh -c \"sleep 300; : $p$q\" & sleep 20"
-    daemon = subprocess.Popen(["/bin/sh", "-c", job], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # A process group of its own: the cleanup stops runuser and what it started too, not only the sh.
+    daemon = subprocess.Popen(["/bin/sh", "-c", job], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
     try:
         _until(lambda: processes_with(f"p={a} q={b}", "root"), "the daemon to start")
         time.sleep(0.2)
         out = _run_close(local_user, "true", wait_for=a + b)
         assert "RBCLEAN" not in out and "RBKILL" in out, out
     finally:
-        daemon.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(daemon.pid, signal.SIGKILL)
         daemon.wait(timeout=10)
 
 
