@@ -136,6 +136,13 @@ def first_problem(exc: ValidationError, doc: Any) -> tuple[ErrorDetails, int]:
         # A misspelt key explains the missing one beside it: "unknown field 'hostz'" says more.
         siblings = (e for e in errors if e["type"] == "extra_forbidden" and e["loc"][:-1] == first["loc"][:-1])
         first = next(siblings, first)
+    if first["type"] != "value_error":
+        # A value that fits no member of a union: the member whose own check spoke (a regex that
+        # does not compile) says what is wrong, where the others only say they are not its shape.
+        at = yaml_path(first, doc)
+        spoken = [e for e in errors if e["type"] == "value_error" and yaml_path(e, doc)[:len(at)] == at]
+        if spoken:
+            first = max(spoken, key=lambda e: len(yaml_path(e, doc)))
     # A value that fits no member of a union is one problem, not one per member.
     return first, len({yaml_path(error, doc) for error in errors})
 

@@ -103,5 +103,7 @@ def compile_linear(pattern: str, *, multiline: bool = False) -> LinearPattern:
         message = exc.args[0] if exc.args else str(exc)
         if isinstance(message, bytes):
             message = message.decode("utf-8", "replace")
+        if multiline:  # RE2 quotes the text it was given: the pattern as written, not with our prefix
+            message = str(message).replace(f"(?m){pattern}", pattern)
         raise PatternError(_describe(pattern, str(message))) from None
     return LinearPattern(pattern, compiled)

@@ -90,7 +90,7 @@ class CommandPolicy(Model):
 
     allow: list[str] | None = None
     """Executables a command may start with; ``None`` allows any executable."""
-    deny: list[str] = factory(list)
+    deny: list[Annotated[str, After(_deny_pattern)]] = factory(list)
     """Regular expressions; a command matching any of them is refused."""
     allow_operators: bool = True
     """With an ``allow`` list: whether shell operators (``;``, ``|``, ``&&``, ``$()``, ...) may chain
@@ -105,6 +105,32 @@ def _absolute_paths(value: list[str]) -> list[str]:
     return value
 
 
+def _compiles(pattern: str, what: str, *, multiline: bool) -> None:
+    """A regular expression the linear-time engine can run, or a ValueError naming it: refused
+    where the host is made, not at its first command."""
+    from remote_bash._regex import PatternError, compile_linear  # loads RE2: only for a pattern
+
+    try:
+        compile_linear(pattern, multiline=multiline)
+    except PatternError as exc:
+        raise ValueError(f"{what} {pattern!r} cannot be used: {exc}") from None
+
+
+def _deny_pattern(value: str) -> str:
+    _compiles(value, "deny pattern", multiline=True)
+    return value
+
+
+def _redact_pattern(value: str) -> str:
+    _compiles(value, "redact pattern", multiline=False)
+    return value
+
+
+def _approve_regex(value: str) -> str:
+    _compiles(value, "approve regex", multiline=True)
+    return value
+
+
 def _absolute_patterns(value: list[str] | None) -> list[str] | None:
     for pattern in value or []:
         if not pattern.startswith("/"):
@@ -115,7 +141,7 @@ def _absolute_patterns(value: list[str] | None) -> list[str] | None:
 class RegexApproveRule(Model):
     """Ask before a command matching this regular expression is sent."""
 
-    regex: str
+    regex: Annotated[str, After(_approve_regex)]
     """A regular expression searched for in the command text."""
 
 
@@ -242,7 +268,7 @@ class Host(Model):
     ssh_config: str | None = None
     """A ``Host`` alias in the user's ``~/.ssh/config`` to take HostName, User, Port, IdentityFile
     and ProxyJump from."""
-    redact: list[str] = factory(list)
+    redact: list[Annotated[str, After(_redact_pattern)]] = factory(list)
     """Extra regular expressions whose matches are masked in output and audit records."""
     forks: Annotated[Int | None, Bound(ge=1)] = None
     """Largest number of hosts of this host's groups worked on at once by the fleet commands."""

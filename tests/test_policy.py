@@ -50,8 +50,17 @@ def test_deny_applies_before_the_allowlist() -> None:
     assert check_command("cat /etc/shadow", policy).rule == "deny[0]: shadow"
 
 
+def test_invalid_deny_pattern_is_refused_where_the_policy_is_made() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=r"deny pattern '\(' cannot be used: it is not a valid regular "
+                                              r"expression \(missing \): \(\)"):
+        CommandPolicy(deny=["("])
+
+
 def test_invalid_deny_pattern_refuses_everything() -> None:
-    decision = check_command("ls", CommandPolicy(deny=["("]))
+    # One that got past the check anyway (a policy built without validation) still fails closed.
+    decision = check_command("ls", CommandPolicy._trusted(deny=["("]))
     assert not decision.allowed
     assert decision.rule == "deny[0]: ("
     assert "not a valid regular expression" in decision.reason
