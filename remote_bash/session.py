@@ -243,9 +243,8 @@ class RemoteBashSession:
     __slots__ = (
         "__dict__", "__weakref__", "_allowed", "_audit", "_between", "_call", "_conn", "_credentials", "_cut",
         "_deadline", "_driver_left", "_feed", "_first_started", "_gate", "_kill_grace", "_lock", "_lost_shells",
-        "_names",
-        "_orphaned", "_redact_head", "_redact_tail", "_redactor", "_running", "_shell", "_shell_lost", "_shells",
-        "_stopping", "host", "info", "jump_hosts", "last_kill", "operator", "session_id", "state",
+        "_names", "_orphaned", "_redact_head", "_redact_tail", "_redactor", "_running", "_shell", "_shell_lost",
+        "_shells", "_stage", "_stopping", "host", "info", "jump_hosts", "last_kill", "operator", "session_id", "state",
     )
 
     def __init__(
@@ -312,6 +311,9 @@ class RemoteBashSession:
         self._running: asyncio.Task[Any] | None = None
         self._cut: _Cut | None = None
         """The call that ``close()`` or ``restart()`` interrupted: its caller is told so, not cancelled."""
+        self._stage = _NOT_SENT
+        """Where the call in flight is: not sent yet, sent and waited for, or ended (its result is
+        being made: ``close()`` then waits for it rather than interrupt it)."""
         self._stopping: asyncio.Future[None] | None = None
         """The stop of an interrupted call, while it runs: the next use of the shell waits for it."""
         self.last_kill: KillReport | None = None
@@ -414,7 +416,12 @@ class RemoteBashSession:
         task = self._running
         if task is None or task.done() or task is asyncio.current_task():
             return None
-        cut = self._cut = _Cut(task, why)
+        if self._stage is _ENDED:
+            # The command has ended and its result and audit record are being made: the caller
+            # gets them (bounded: that is a few writes and at most a 2 s wait for the channel).
+            await asyncio.wait([task], timeout=15)
+            return None
+        cut = self._cut = _Cut(task, why, sent=self._stage is _SENT)
         task.cancel()
         await asyncio.wait([task], timeout=15)  # its outcome is its caller's; only its end matters here
         return cut
@@ -423,7 +430,7 @@ class RemoteBashSession:
         """The error for the caller of a call that ``close()`` or ``restart()`` interrupted."""
         what = "the session was closed" if cut.why == "closed" else "the shell was restarted"
         kill = cut.kill
-        if not cut.sent:
+        if not cut.sent:  # cancelled while connecting, starting the shell or writing exec.start
             said = "before the command was sent; it did not run"
         elif kill is None:
             said = ("while the command ran, and the command could not be stopped by itself: the session's "
@@ -717,6 +724,7 @@ class RemoteBashSession:
             if self.state is SessionState.NEW:
                 self.state = SessionState.OPEN
             self._running = task = asyncio.current_task()
+            self._stage = _NOT_SENT
             try:
                 shell = self._shell
                 if self._stopping is not None or shell is None or shell.closed.is_set() or shell.exited:
@@ -835,6 +843,7 @@ class RemoteBashSession:
         started = call.sent_at = time.monotonic()
         try:
             shell.write(frame)
+            self._stage = _SENT
             self._driver_left = False
             if self._feed is not None:
                 self._feed.start()  # after the frame: the writer opens the FIFO only once it is on its way
@@ -846,8 +855,6 @@ class RemoteBashSession:
             # runs as a task of its own, so that a second cancel cannot cut it short; the next use
             # of the shell waits for it (_stopped).
             cut = self._cut if self._cut is not None and self._cut.task is asyncio.current_task() else None
-            if cut is not None:
-                cut.sent = True
             self._stopping = asyncio.ensure_future(
                 self._stop_interrupted(call, shell, conn, command, tool_use_id, started, cut))
             await asyncio.shield(self._stopping)
@@ -855,6 +862,7 @@ class RemoteBashSession:
         except Exception:
             self._call = None
             raise
+        self._stage = _ENDED
         self._call = None
         duration = time.monotonic() - started
         return await self._finish(command, call, shell, conn, timeout, timed_out, kill, duration, tool_use_id)
@@ -1227,15 +1235,18 @@ class _Settable(Protocol):
     def wait(self) -> Coroutine[Any, Any, object]: ...
 
 
+_NOT_SENT, _SENT, _ENDED = "not sent", "sent", "ended"
+
+
 class _Cut:
     """A call that ``close()`` or ``restart()`` interrupted: by what, and what was done to it."""
 
     __slots__ = ("kill", "sent", "task", "why")
 
-    def __init__(self, task: asyncio.Task[Any], why: Literal["closed", "restarted"]) -> None:
+    def __init__(self, task: asyncio.Task[Any], why: Literal["closed", "restarted"], *, sent: bool) -> None:
         self.task = task
         self.why = why
-        self.sent = False
+        self.sent = sent
         """The command had been sent (else the cancel came while connecting or starting the shell)."""
         self.kill: KillReport | None = None
 

@@ -737,6 +737,38 @@ async def test_close_interrupts_a_running_command(web1: Host, hosts: TestHosts) 
     assert report is not None and report.signals[:1] == ["INT"] and report.survivors == 0
 
 
+async def test_close_after_the_command_ended_lets_its_result_and_record_through(web1: Host) -> None:
+    """A close that comes while the ended command's result is made (its exec.end being written)
+    waits for it: the caller gets the result, the log the record; nothing is cut half-way."""
+
+    class SlowEnd:
+        def __init__(self) -> None:
+            self.events: list[str] = []
+            self.writing_end = asyncio.Event()
+            self.release = asyncio.Event()
+
+        async def awrite(self, host: str, event: str, /, **fields: object) -> dict[str, object]:
+            if event == "exec.end":
+                self.writing_end.set()
+                await self.release.wait()
+            self.events.append(event)
+            return {"event": event}
+
+    sink = SlowEnd()
+    s = RemoteBashSession(web1, audit=sink)
+    await s.start()
+    task = asyncio.create_task(s.run("echo done"))
+    await asyncio.wait_for(sink.writing_end.wait(), 30)
+    closing = asyncio.create_task(s.close())
+    await wait_for(lambda: s.state.value == "closed", within=10, what="the close to begin")
+    assert not task.done()
+    sink.release.set()
+    result = await task
+    assert result.output == "done\n" and result.exit_code == 0
+    await asyncio.wait_for(closing, 30)
+    assert sink.events.count("exec.end") == 1 and sink.events[-1] == "session.end"
+
+
 async def test_restart_interrupts_a_running_command_and_says_so(web1: Host, hosts: TestHosts) -> None:
     mark = marker()
     async with RemoteBashSession(web1, kill_grace=0.3) as s:
