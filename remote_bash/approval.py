@@ -25,6 +25,7 @@ caller's job: this module only decides whether to ask, and remembers time-limite
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +44,7 @@ from remote_bash._programs import (
     split_glued,
     wrapper_starts,
 )
+from remote_bash._regex import LinearPattern, PatternError, compile_linear
 from remote_bash._shell_state import (
     DECLARING,
     LATER,
@@ -195,22 +197,58 @@ def effective_rules(host: Host) -> Literal["never", "all"] | Sequence[ApproveRul
 
 
 def approval_needed(command: str, host: Host) -> Need | None:
-    """Whether ``command`` needs a person's yes on ``host``, and why; None when it does not."""
+    """Whether ``command`` needs a person's yes on ``host``, and why; None when it does not.
+
+    A setting this function cannot read (a host changed with ``model_copy``, which does not
+    validate) asks: a rule is never skipped because of its form."""
     rules = effective_rules(host)
     if rules == "never":
         return None
     if rules == "all":
         return Need("all", f"every command on {host.name} needs approval")
-    assert not isinstance(rules, str)
+    if isinstance(rules, str) or not isinstance(rules, list | tuple):
+        return Need("unreadable", f"the approve setting of {host.name} ({rules!r}) is not 'never', 'all' or a "
+                                  "list of rules, so every command asks")
+    read = [_rule(rule) for rule in rules]
+    if None in read:
+        return Need("unreadable", f"an approve rule of {host.name} is not a class name, {{regex: ...}} or "
+                                  "{writes_outside: [...]}, so every command asks")
+    rules = [rule for rule in read if rule is not None]
     for rule in rules:
-        if isinstance(rule, RegexApproveRule) and re.search(rule.regex, command, re.MULTILINE):
-            return Need(f"regex: {rule.regex}", f"the command matches the approval rule {rule.regex!r}")
+        if isinstance(rule, RegexApproveRule):
+            try:
+                matched = _compiled(rule.regex).search(command)
+            except PatternError as exc:
+                return Need(f"regex: {rule.regex}", f"the approval rule {rule.regex!r} cannot be used ({exc}), "
+                                                    "so every command asks")
+            if matched:
+                return Need(f"regex: {rule.regex}", f"the command matches the approval rule {rule.regex!r}")
     named = [r for r in rules if isinstance(r, str)]
     outside = [p for r in rules if isinstance(r, WritesOutsideRule) for p in r.writes_outside]
     writes_rule = any(isinstance(r, WritesOutsideRule) for r in rules)
     if not named and not writes_rule:
         return None
     return _read(command, frozenset(named), outside if writes_rule else None)
+
+
+def _rule(rule: object) -> ApproveRule | None:
+    """A rule in the form the validated Host holds, from that form or the file's; None for any other."""
+    if isinstance(rule, RegexApproveRule | WritesOutsideRule) or (isinstance(rule, str) and rule in CLASSES):
+        return rule  # type: ignore[return-value]  # a class name, checked just above
+    if isinstance(rule, dict) and len(rule) == 1:
+        regex, paths = rule.get("regex"), rule.get("writes_outside")
+        if isinstance(regex, str):
+            return RegexApproveRule._trusted(regex=regex)
+        if isinstance(paths, list) and paths and all(isinstance(p, str) and p.startswith("/") for p in paths):
+            return WritesOutsideRule._trusted(writes_outside=paths)
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(regex: str) -> LinearPattern:
+    """An approve rule's pattern on the linear-time engine, as deny and redact patterns run: the
+    command text is Claude's, and a careless pattern must not freeze the client on it."""
+    return compile_linear(regex, multiline=True)
 
 
 def _read(command: str, classes: frozenset[str], allowed_paths: list[str] | None) -> Need | None:

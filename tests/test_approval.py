@@ -47,6 +47,24 @@ def test_production_default_asks_for_risky_commands(command: str) -> None:
     assert approval_needed(command, STAGING) is None  # the default elsewhere: never
 
 
+@pytest.mark.parametrize("approve", [
+    [{"regex": "touch"}], [{"regex": r"(t)\1"}], [{"writes_outside": ["/srv"]}], [{"regex": "x", "other": 1}],
+    [["touch"]], "ALL", ("deletions", 3), [{"writes_outside": "/srv"}],
+])
+def test_a_rule_set_without_validation_is_never_skipped(approve: object) -> None:
+    # model_copy does not validate (as pydantic's): the file's form, or any other, must still ask.
+    host = STAGING.model_copy(update={"approve": approve})
+    need = approval_needed("touch /tmp/x", host)
+    assert need is not None, approve
+
+
+def test_an_approve_regex_runs_on_the_linear_time_engine() -> None:
+    # A pattern that backtracks for minutes on Python's engine answers at once.
+    host = Host(name="r", hostname="127.0.0.1", approve=[{"regex": "(x+x+)+y"}])
+    assert approval_needed("x" * 5000, host) is None
+    assert approval_needed("xxy", host) is not None
+
+
 ATTACKED = Host(name="a", hostname="127.0.0.1",
                 approve=["privilege", "packages", "services", "deletions", {"writes_outside": ["/tmp"]}])
 
