@@ -241,8 +241,8 @@ class RemoteBashSession:
     # thirty-odd names was about 1.5 KiB of each. ``__dict__`` too, made only when something else is
     # set on a session (a wrapped method, a caller's own tag), so that still works.
     __slots__ = (
-        "__dict__", "__weakref__", "_allowed", "_audit", "_between", "_call", "_conn", "_credentials", "_cut",
-        "_deadline", "_driver_left", "_feed", "_first_started", "_gate", "_kill_grace", "_lock", "_lost_shells",
+        "__dict__", "__weakref__", "_allowed", "_audit", "_between", "_call", "_closing", "_conn", "_credentials",
+        "_cut", "_deadline", "_driver_left", "_feed", "_first_started", "_gate", "_kill_grace", "_lock", "_lost_shells",
         "_names", "_orphaned", "_redact_head", "_redact_tail", "_redactor", "_running", "_shell", "_shell_lost",
         "_shells", "_stage", "_stopping", "host", "info", "jump_hosts", "last_kill", "operator", "session_id", "state",
     )
@@ -310,6 +310,9 @@ class RemoteBashSession:
         """The command ``check_policy`` just allowed, with the policy it was checked against."""
         self._running: asyncio.Task[Any] | None = None
         self._cut: _Cut | None = None
+        self._closing: asyncio.Task[KillReport | None] | None = None
+        """The close under way or done: a second ``close()`` waits for it, and a cancelled caller
+        does not cut it short."""
         """The call that ``close()`` or ``restart()`` interrupted: its caller is told so, not cancelled."""
         self._stage = _NOT_SENT
         """Where the call in flight is: not sent yet, sent and waited for, or ended (its result is
@@ -330,11 +333,15 @@ class RemoteBashSession:
 
     async def start(self) -> None:
         """Connect and start the shell now, rather than on the first call."""
-        if self.state is SessionState.CLOSED:
-            raise SessionClosed("this session was closed; open a new one", host=self.host.name)
+        self._check_open()
         async with self._lock:
+            self._check_open()
             await self._ensure_shell()
-        self.state = SessionState.OPEN
+            if self.state is SessionState.CLOSED:
+                # close() came while this connected: it ends what was just started, once this
+                # lets go of the shell.
+                raise SessionClosed("the session was closed while it started; open a new one", host=self.host.name)
+            self.state = SessionState.OPEN
 
     async def close(self) -> KillReport | None:
         """End the shell (and every process it started) and the connection. Idempotent.
@@ -343,11 +350,24 @@ class RemoteBashSession:
         there was no shell to end. After a lost connection (``orphaned``) it reconnects once to stop
         what the lost call left running (see :meth:`stop_orphans`), and raises the ConnectionLost
         of that when it cannot: the session is closed all the same.
+
+        The close runs as a task of its own: a ``close()`` while another is under way waits for it
+        and returns the same report, and a caller cancelled meanwhile does not cut it short (the
+        command is still stopped and the records written). Once it is done, ``close()`` returns
+        None.
         """
-        if self.state is SessionState.CLOSED:
+        closing = self._closing
+        if closing is None:
+            if self.state is SessionState.CLOSED:
+                return None
+            self.state = SessionState.CLOSED
+            closing = self._closing = asyncio.ensure_future(self._close(asyncio.current_task()))
+        elif closing.done():
             return None
-        self.state = SessionState.CLOSED
-        cut = await self._interrupt_running("closed")
+        return await asyncio.shield(closing)
+
+    async def _close(self, caller: asyncio.Task[Any] | None) -> KillReport | None:
+        cut = await self._interrupt_running("closed", caller)
         async with self._lock:
             await self._stopped()
             if self._conn is not None and self._conn.is_closed and self.info is not None:
@@ -401,7 +421,7 @@ class RemoteBashSession:
         ``last_kill`` then says what was done to the old shell's processes, and what could not be
         checked."""
         self._check_open()
-        await self._interrupt_running("restarted")
+        await self._interrupt_running("restarted", asyncio.current_task())
         async with self._lock:
             await self._stopped()
             await self._drop_shell(kill=True)
@@ -409,13 +429,19 @@ class RemoteBashSession:
             assert self.info is not None
             return self.info
 
-    async def _interrupt_running(self, why: Literal["closed", "restarted"]) -> _Cut | None:
+    async def _interrupt_running(self, why: Literal["closed", "restarted"],
+                                 caller: asyncio.Task[Any] | None) -> _Cut | None:
         """Stop the call in flight, if any (its remote command is killed), and wait for it. Its
         caller gets a SessionError saying so (``run`` turns this cancel into it), not a bare
         CancelledError: the task is the caller's, and nobody cancelled it but this session."""
         task = self._running
-        if task is None or task.done() or task is asyncio.current_task():
+        if task is None or task.done() or task is caller:
             return None
+        if self._cut is not None and self._cut.task is task:
+            # Interrupted already (a restart and a close at once): one cancel, which run() turns
+            # into its error; a second would make it a cancel of the caller's own.
+            await asyncio.wait([task], timeout=15)
+            return self._cut
         if self._stage is _ENDED:
             # The command has ended and its result and audit record are being made: the caller
             # gets them (bounded: that is a few writes and at most a 2 s wait for the channel).

@@ -675,6 +675,24 @@ def test_sessions_stop_during_a_call_ends_it_saying_so(env: dict[str, str], host
     assert processes_with(marker, hosts.user) == []
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_to_the_background_process_ends_its_call_saying_so(env: dict[str, str], hosts: TestHosts,
+                                                                    sig: signal.Signals) -> None:
+    marker = f"sleep 300.{str(uuid.uuid4().int)[:9]}"
+    proc = _running(env, marker)
+    try:
+        (pid,) = daemon_pids(env)
+        os.kill(pid, sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 125, err
+    assert f"the kept session was closed during the call (stopping on {sig.name}): the session was closed while " \
+           "the command ran; it was stopped" in err, err
+    assert processes_with(marker, hosts.user) == []
+    wait_until(lambda: not daemon_pids(env), within=30, what="the background process to exit")
+
+
 def _waiting_on_a_socket(pid: int) -> bool:
     try:
         fds = list(Path(f"/proc/{pid}/fd").iterdir())

@@ -769,6 +769,56 @@ async def test_close_after_the_command_ended_lets_its_result_and_record_through(
     assert sink.events.count("exec.end") == 1 and sink.events[-1] == "session.end"
 
 
+async def test_a_close_while_another_is_under_way_waits_for_it_even_once_that_caller_gave_up(
+    web1: Host, hosts: TestHosts
+) -> None:
+    mark = marker()
+    s = RemoteBashSession(web1, kill_grace=0.3)
+    await s.start()
+    task = asyncio.create_task(s.run(f"trap '' INT TERM; bash -c 'trap \"\" INT TERM; sleep 1000; : {mark}'",
+                                     timeout=60))
+    await wait_for(lambda: processes_with(mark, hosts.user), within=10, what="the command to start")
+    first = asyncio.create_task(s.close())
+    await wait_for(lambda: s.state.value == "closed", within=10, what="the first close to begin")
+    first.cancel()  # its caller gives up: the close goes on
+    report = await s.close()
+    assert report is not None and "KILL" in report.signals, report
+    assert processes_with(mark, hosts.user) == []
+    with pytest.raises(SessionClosed, match="while the command ran; it was stopped"):
+        await task
+    assert await s.close() is None  # done: idempotent
+
+
+async def test_two_restarts_at_once_still_tell_the_caller_and_do_not_cancel_it(web1: Host,
+                                                                                hosts: TestHosts) -> None:
+    mark = marker()
+    async with RemoteBashSession(web1, kill_grace=0.3) as s:
+        task = asyncio.create_task(s.run(f"bash -c 'sleep 1000; : {mark}'", timeout=60))
+        await wait_for(lambda: processes_with(mark, hosts.user), within=10, what="the command to start")
+        await asyncio.gather(s.restart(), s.restart())
+        with pytest.raises(SessionError, match="the shell was restarted while the command ran"):
+            await task
+        assert not task.cancelled()
+        assert processes_with(mark, hosts.user) == []
+        assert (await s.run("echo ok")).output == "ok\n"
+
+
+async def test_a_close_while_the_session_connects_leaves_it_closed(web1: Host, tmp_path: Path) -> None:
+    from remote_bash.audit import AuditLog
+
+    audit = AuditLog(tmp_path / "audit")
+    s = RemoteBashSession(web1, audit=audit)
+    starting = asyncio.create_task(s.start())
+    await asyncio.sleep(0)  # a turn of the loop: the start has begun connecting
+    await s.close()
+    with pytest.raises(SessionClosed, match="closed while it started"):
+        await starting
+    with pytest.raises(SessionClosed):
+        await s.run("echo ran")
+    events = [r["event"] for r in audit.read("web-1")]
+    assert "exec.start" not in events and events.count("session.start") <= 1
+
+
 async def test_restart_interrupts_a_running_command_and_says_so(web1: Host, hosts: TestHosts) -> None:
     mark = marker()
     async with RemoteBashSession(web1, kill_grace=0.3) as s:

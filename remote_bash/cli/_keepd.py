@@ -162,6 +162,9 @@ class _Daemon:
         self.done = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self.stop, "stopping on SIGTERM")
+        # Ignored until here (it has no terminal to lose: it runs in a session of its own), so a
+        # HUP now is someone's, and it stops the process as TERM does.
+        loop.add_signal_handler(signal.SIGHUP, self.stop, "stopping on SIGHUP")
         server = await asyncio.start_unix_server(self._client, sock=sock, limit=REQUEST_LIMIT)
         idle = asyncio.create_task(self._idle())
         try:
