@@ -282,10 +282,13 @@ class StdinFeed:
             self.complete = True
         except RemoteBashError as exc:
             self.error = exc.message
-        except (OSError, TypeError, ValueError) as exc:
-            # The local input failed: the command sees its input end, and the audit log says why.
-            self.error = f"reading the input failed: {exc}"
-            channel.write_eof()
+        except Exception as exc:
+            # The local input failed (any exception of the caller's source: an OSError of a file,
+            # a RuntimeError of a generator): the command sees its input end, and the audit log
+            # says why, rather than the command waiting for input until its deadline.
+            self.error = f"reading the input failed: {type(exc).__name__}: {exc}"
+            with contextlib.suppress(RemoteBashError):
+                channel.write_eof()
 
     async def close(self) -> None:
         """Stop feeding, close the channel, and leave nothing on the host. Never raises: on a lost

@@ -210,22 +210,36 @@ class _LiveOutput:
     The stream releases whole lines (it holds the incomplete last one), so a key and a value that
     a ``\\r`` separates are masked together even when they come in two reads."""
 
-    def __init__(self, sink: Callable[[str], None], redactor: SupportsRedact) -> None:
-        self._sink = sink
+    def __init__(self, sink: Callable[[str], None], redactor: SupportsRedact,
+                 on_error: Callable[[Exception], None]) -> None:
+        self._sink: Callable[[str], None] | None = sink
         stream = getattr(redactor, "stream", None)
         self._stream: Any = stream() if callable(stream) else None
         self._redactor = redactor
+        self._on_error = on_error
 
     def feed(self, text: str) -> None:
         out = self._stream.feed(text) if self._stream is not None else self._redactor.redact(text)
         if out:
-            self._sink(framing.collapse_cr(out, self._redactor.redact))
+            self._emit(framing.collapse_cr(out, self._redactor.redact))
 
     def flush(self) -> None:
         if self._stream is not None:
             out = self._stream.flush()
             if out:
-                self._sink(framing.collapse_cr(out, self._redactor.redact))
+                self._emit(framing.collapse_cr(out, self._redactor.redact))
+
+    def _emit(self, text: str) -> None:
+        # The caller's callback runs inside the SSH library's data callback: an exception let out
+        # there would end the connection and leave the command running unwatched. It is caught,
+        # the callback is not called again, and the session stops the command (see _output_failed).
+        if self._sink is None:
+            return
+        try:
+            self._sink(text)
+        except Exception as exc:
+            self._sink = None
+            self._on_error(exc)
 
 
 class RemoteBashSession:
@@ -452,9 +466,21 @@ class RemoteBashSession:
         await asyncio.wait([task], timeout=15)  # its outcome is its caller's; only its end matters here
         return cut
 
+    def _output_failed(self, exc: Exception) -> None:
+        """The call's ``on_output`` callback raised: nobody watches the command any more, so it is
+        stopped as a close stops it, and ``run()`` raises an error that carries the callback's.
+        (Once the command has ended, its result is made as usual.)"""
+        task = self._running
+        if task is None or task.done() or self._stage is not _SENT or self._cut is not None:
+            return
+        self._cut = _Cut(task, "output", sent=True)
+        self._cut.cause = exc
+        task.cancel()
+
     def _cut_short(self, cut: _Cut) -> SessionError:
         """The error for the caller of a call that ``close()`` or ``restart()`` interrupted."""
-        what = "the session was closed" if cut.why == "closed" else "the shell was restarted"
+        what = ("the session was closed" if cut.why == "closed" else "the shell was restarted" if cut.why == "restarted"
+                else f"the on_output callback raised {type(cut.cause).__name__}: {cut.cause}")
         kill = cut.kill
         if not cut.sent:  # cancelled while connecting, starting the shell or writing exec.start
             said = "before the command was sent; it did not run"
@@ -469,6 +495,8 @@ class RemoteBashSession:
             if kill.unchecked:
                 said += f"; not checked: {kill.unchecked}"
         said += ". It is not run again"
+        if cut.audit_error:
+            said += f". Its exec.end audit record could not be written: {cut.audit_error}"
         error = SessionClosed if cut.why == "closed" else SessionError
         return error(f"{what} {said}", host=self.host.name)
 
@@ -765,7 +793,7 @@ class RemoteBashSession:
                 if cut is None or task is None or cut.task is not task or task.cancelling() != 1:
                     raise
                 task.uncancel()
-                raise self._cut_short(cut) from None
+                raise self._cut_short(cut) from cut.cause
             finally:
                 self._running = None
                 if self._cut is not None and self._cut.task is task:
@@ -855,7 +883,7 @@ class RemoteBashSession:
         if self._audit is not None:
             await self._audit_write("exec.start", command=command, tool_use_id=tool_use_id, timeout=timeout,
                                     call_id=token.call_id, strict=True)
-        live = _LiveOutput(on_output, self._redactor) if on_output is not None else None
+        live = _LiveOutput(on_output, self._redactor, self._output_failed) if on_output is not None else None
         call = _Call(token, self.host.output_limit, live.feed if live is not None else None)
         call.live = live
         call.subshell = framing.may_run_a_subshell(command)
@@ -927,11 +955,12 @@ class RemoteBashSession:
             with contextlib.suppress(RemoteBashError):
                 await self._drop_shell(kill=True)
         text, truncated = self._render(call.capture)  # what the interrupted command printed is recorded too
-        await self._audit_write("exec.end", command=command, tool_use_id=tool_use_id, call_id=call.token.call_id,
-                                interrupted=True, kill=kill.model_dump() if kill else None,
-                                duration=round(time.monotonic() - started, 6),
-                                **_output_fields(call.capture, text, truncated, await _sha256(call.capture)),
-                                strict=False)
+        failed = await self._audit_write(
+            "exec.end", command=command, tool_use_id=tool_use_id, call_id=call.token.call_id, interrupted=True,
+            kill=kill.model_dump() if kill else None, duration=round(time.monotonic() - started, 6),
+            **_output_fields(call.capture, text, truncated, await _sha256(call.capture)), strict=False)
+        if cut is not None:
+            cut.audit_error = failed  # said to the caller, as a result's audit_error is
 
     async def _stopped(self) -> None:
         """Wait for the stop of an interrupted call, if one is under way. Waiting is cancellable;
@@ -1267,14 +1296,17 @@ _NOT_SENT, _SENT, _ENDED = "not sent", "sent", "ended"
 class _Cut:
     """A call that ``close()`` or ``restart()`` interrupted: by what, and what was done to it."""
 
-    __slots__ = ("kill", "sent", "task", "why")
+    __slots__ = ("audit_error", "cause", "kill", "sent", "task", "why")
 
-    def __init__(self, task: asyncio.Task[Any], why: Literal["closed", "restarted"], *, sent: bool) -> None:
+    def __init__(self, task: asyncio.Task[Any], why: Literal["closed", "restarted", "output"], *, sent: bool) -> None:
         self.task = task
         self.why = why
         self.sent = sent
         """The command had been sent (else the cancel came while connecting or starting the shell)."""
         self.kill: KillReport | None = None
+        self.audit_error: str | None = None
+        self.cause: Exception | None = None
+        """What the caller's ``on_output`` raised, when that is what stopped the call."""
 
 
 def _merged(first: KillReport, then: KillReport | None) -> KillReport:

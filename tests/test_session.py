@@ -819,6 +819,43 @@ async def test_a_close_while_the_session_connects_leaves_it_closed(web1: Host, t
     assert "exec.start" not in events and events.count("session.start") <= 1
 
 
+async def test_an_interrupted_calls_record_that_cannot_be_written_is_said(web1: Host, hosts: TestHosts) -> None:
+    class FullOnEnd:
+        async def awrite(self, host: str, event: str, /, **fields: object) -> dict[str, object]:
+            if event == "exec.end":
+                raise OSError(28, "No space left on device")
+            return {"event": event}
+
+    mark = marker()
+    s = RemoteBashSession(web1, audit=FullOnEnd(), kill_grace=0.3)
+    await s.start()
+    task = asyncio.create_task(s.run(f"bash -c 'sleep 1000; : {mark}'", timeout=60))
+    await wait_for(lambda: processes_with(mark, hosts.user), within=10, what="the command to start")
+    await s.close()
+    with pytest.raises(SessionClosed, match=r"it was stopped .*It is not run again\. Its exec\.end audit record "
+                                            r"could not be written: .*No space left on device"):
+        await task
+
+
+async def test_an_output_callback_that_raises_stops_the_command_and_is_said(web1: Host, hosts: TestHosts) -> None:
+    mark = marker()
+    seen: list[str] = []
+
+    def boom(text: str) -> None:
+        seen.append(text)
+        raise RuntimeError("the caller's bug")
+
+    async with RemoteBashSession(web1, kill_grace=0.3) as s:
+        with pytest.raises(SessionError, match=r"^web-1: the on_output callback raised RuntimeError: the caller's bug "
+                                               r"while the command ran; it was stopped \(signals sent: INT") as err:
+            await s.run(f"echo go; bash -c 'sleep 1000; : {mark}'; echo never", timeout=60, on_output=boom)
+        assert isinstance(err.value.__cause__, RuntimeError)
+        assert not isinstance(err.value, SessionClosed)
+        assert seen == ["go\n"]  # not called again
+        assert processes_with(mark, hosts.user) == []
+        assert (await s.run("echo still here")).output == "still here\n"
+
+
 async def test_restart_interrupts_a_running_command_and_says_so(web1: Host, hosts: TestHosts) -> None:
     mark = marker()
     async with RemoteBashSession(web1, kill_grace=0.3) as s:
