@@ -41,7 +41,8 @@ _CONSTRUCTS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"invalid perl operator: \(\?<?!"), "a negative lookahead or lookbehind ((?!...), (?<!...))"),
     (re.compile(r"invalid perl operator: \(\?>"), "an atomic group ((?>...))"),
     (re.compile(r"bad repetition operator: [*+?}]\+"), "a possessive quantifier (*+, ++, ?+)"),
-    (re.compile(r"invalid repetition size"), "a repetition count over 1000 ({n} with n > 1000)"),
+    (re.compile(r"invalid repetition size"),
+     "a repetition count it cannot run ({n} with n over 1000, or {m,n} with m over n)"),
     (re.compile(r"invalid perl operator: \(\?x"), "verbose mode ((?x))"),
     (re.compile(r"invalid escape sequence: \\Z"), "\\Z (write \\z)"),
 )

@@ -765,6 +765,8 @@ def test_stream_releases_an_endless_line_in_bounded_memory(redactor: Redactor) -
         (r"(?<!x)foo", "negative lookahead or lookbehind"),
         (r"(?>a+)b", "atomic group"),
         (r"a++", "possessive quantifier"),
+        (r"a{1001}", "{n} with n over 1000"),
+        (r"a{2,1}", "{m,n} with m over n"),
     ],
 )
 def test_patterns_the_linear_engine_cannot_run_are_refused_with_the_construct(pattern: str, construct: str) -> None:
