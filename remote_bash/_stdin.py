@@ -282,10 +282,15 @@ class StdinFeed:
             self.complete = True
         except RemoteBashError as exc:
             self.error = exc.message
-        except Exception as exc:
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:
+            task = asyncio.current_task()
+            if isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling():
+                raise  # the feeding is being stopped (the call ended or was interrupted)
             # The local input failed (any exception of the caller's source: an OSError of a file,
-            # a RuntimeError of a generator): the command sees its input end, and the audit log
-            # says why, rather than the command waiting for input until its deadline.
+            # a RuntimeError or a stray CancelledError of a generator): the command sees its input
+            # end, and the audit log says why, rather than the command waiting until its deadline.
             self.error = f"reading the input failed: {type(exc).__name__}: {exc}"
             with contextlib.suppress(RemoteBashError):
                 channel.write_eof()

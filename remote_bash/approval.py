@@ -233,14 +233,19 @@ def approval_needed(command: str, host: Host) -> Need | None:
 
 def _rule(rule: object) -> ApproveRule | None:
     """A rule in the form the validated Host holds, from that form or the file's; None for any other."""
-    if isinstance(rule, RegexApproveRule | WritesOutsideRule) or (isinstance(rule, str) and rule in CLASSES):
+    if isinstance(rule, str) and rule in CLASSES:
         return rule  # type: ignore[return-value]  # a class name, checked just above
+    # A rule object's fields are checked too: model_copy can put anything in them.
+    if isinstance(rule, RegexApproveRule):
+        rule = {"regex": rule.regex}
+    elif isinstance(rule, WritesOutsideRule):
+        rule = {"writes_outside": rule.writes_outside}
     if isinstance(rule, dict) and len(rule) == 1:
         regex, paths = rule.get("regex"), rule.get("writes_outside")
         if isinstance(regex, str):
             return RegexApproveRule._trusted(regex=regex)
-        if isinstance(paths, list) and paths and all(isinstance(p, str) and p.startswith("/") for p in paths):
-            return WritesOutsideRule._trusted(writes_outside=paths)
+        if isinstance(paths, list | tuple) and paths and all(isinstance(p, str) and p.startswith("/") for p in paths):
+            return WritesOutsideRule._trusted(writes_outside=list(paths))
     return None
 
 

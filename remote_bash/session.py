@@ -211,12 +211,14 @@ class _LiveOutput:
     a ``\\r`` separates are masked together even when they come in two reads."""
 
     def __init__(self, sink: Callable[[str], None], redactor: SupportsRedact,
-                 on_error: Callable[[Exception], None]) -> None:
+                 on_error: Callable[[BaseException], None]) -> None:
         self._sink: Callable[[str], None] | None = sink
         stream = getattr(redactor, "stream", None)
         self._stream: Any = stream() if callable(stream) else None
         self._redactor = redactor
         self._on_error = on_error
+        self.error: BaseException | None = None
+        """What the callback raised, once it did."""
 
     def feed(self, text: str) -> None:
         out = self._stream.feed(text) if self._stream is not None else self._redactor.redact(text)
@@ -237,8 +239,11 @@ class _LiveOutput:
             return
         try:
             self._sink(text)
-        except Exception as exc:
+        except (KeyboardInterrupt, SystemExit):
+            raise  # the program is being stopped: not this call's error to report
+        except BaseException as exc:
             self._sink = None
+            self.error = exc
             self._on_error(exc)
 
 
@@ -466,12 +471,19 @@ class RemoteBashSession:
         await asyncio.wait([task], timeout=15)  # its outcome is its caller's; only its end matters here
         return cut
 
-    def _output_failed(self, exc: Exception) -> None:
+    def _output_failed(self, exc: BaseException) -> None:
         """The call's ``on_output`` callback raised: nobody watches the command any more, so it is
         stopped as a close stops it, and ``run()`` raises an error that carries the callback's.
         (Once the command has ended, its result is made as usual.)"""
+        # Decided once this read is scanned: when the sentinel came in it, the command has ended
+        # and _finish says so with the result, instead of a stop of nothing.
+        asyncio.get_running_loop().call_soon(self._stop_unwatched, self._call, exc)
+
+    def _stop_unwatched(self, call: _Call | None, exc: BaseException) -> None:
         task = self._running
         if task is None or task.done() or self._stage is not _SENT or self._cut is not None:
+            return
+        if call is None or self._call is not call or call.outcome is not None:
             return
         self._cut = _Cut(task, "output", sent=True)
         self._cut.cause = exc
@@ -1144,7 +1156,7 @@ class RemoteBashSession:
                 kill=kill.model_dump() if kill else None, **_output_fields(call.capture, text, truncated, sha256),
                 strict=False,
             )
-        return CommandResult._from_session(
+        result = CommandResult._from_session(
             command=self.redact_command(command),  # shown and stored (--json, fleet files): masked like the output
             output=text,
             exit_code=exit_code,
@@ -1158,6 +1170,17 @@ class RemoteBashSession:
             kill=kill,
             audit_error=audit_error,
         )
+        failed = call.live.error if call.live is not None else None
+        if failed is not None:
+            # The callback raised on the last of the output, once the command had ended: nothing
+            # was left to stop, and the result stands. Said all the same, with the result on it.
+            said = SessionError(
+                f"the on_output callback raised {type(failed).__name__}: {failed} on the command's last output, "
+                f"after the command ended (exit status {exit_code}); the result is on this error's 'result'",
+                host=self.host.name)
+            said.result = result  # type: ignore[attr-defined]
+            raise said from failed
+        return result
 
     async def _settle(self, shell: ShellChannel, conn: SshConnection) -> None:
         """After the shell's channel closed: wait briefly so a dying connection shows as such."""
@@ -1305,7 +1328,7 @@ class _Cut:
         """The command had been sent (else the cancel came while connecting or starting the shell)."""
         self.kill: KillReport | None = None
         self.audit_error: str | None = None
-        self.cause: Exception | None = None
+        self.cause: BaseException | None = None
         """What the caller's ``on_output`` raised, when that is what stopped the call."""
 
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from remote_bash.approval import Grants, approval_needed, effective_rules
 from remote_bash.errors import InventoryError
 from remote_bash.inventory import load_inventory
-from remote_bash.models import Host
+from remote_bash.models import Host, RegexApproveRule, WritesOutsideRule
 
 from .messages_server import MessagesServer, Reply, text, tool_use
 from .sshd import TestHosts
@@ -50,6 +50,12 @@ def test_production_default_asks_for_risky_commands(command: str) -> None:
 @pytest.mark.parametrize("approve", [
     [{"regex": "touch"}], [{"regex": r"(t)\1"}], [{"writes_outside": ["/srv"]}], [{"regex": "x", "other": 1}],
     [["touch"]], "ALL", ("deletions", 3), [{"writes_outside": "/srv"}],
+    # rule objects whose fields model_copy changed
+    [WritesOutsideRule(writes_outside=["/srv"]).model_copy(update={"writes_outside": "/srv"})],
+    [WritesOutsideRule(writes_outside=["/srv"]).model_copy(update={"writes_outside": [""]})],
+    [WritesOutsideRule(writes_outside=["/srv"]).model_copy(update={"writes_outside": None})],
+    [WritesOutsideRule(writes_outside=["/srv"]).model_copy(update={"writes_outside": [b"/srv"]})],
+    [RegexApproveRule(regex="x").model_copy(update={"regex": 5})],
 ])
 def test_a_rule_set_without_validation_is_never_skipped(approve: object) -> None:
     # model_copy does not validate (as pydantic's): the file's form, or any other, must still ask.

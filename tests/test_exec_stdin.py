@@ -304,16 +304,17 @@ async def test_bytes_files_and_async_iterables(api: RemoteBashSession, tmp_path:
         await api.run("cat", stdin="text")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("raised", [RuntimeError, asyncio.CancelledError])
 async def test_a_source_that_raises_ends_the_input_and_is_recorded(api: RemoteBashSession, tmp_path: Path,
-                                                                   clean: None) -> None:
+                                                                   clean: None, raised: type[BaseException]) -> None:
     async def broken() -> AsyncIterator[bytes]:
         yield b"abc"
-        raise RuntimeError("the source broke")
+        raise raised("the source broke")
 
     r = await api.run("wc -c", stdin=broken(), timeout=60)
     assert (r.output.strip(), r.timed_out) == ("3", False)  # its input ended there: no wait for the deadline
     (end,) = [rec for rec in AuditLog(tmp_path / "audit").read(api.host.name) if rec["event"] == "exec.end"]
-    assert end["stdin_complete"] is False and "RuntimeError: the source broke" in end["stdin_error"]
+    assert end["stdin_complete"] is False and f"{raised.__name__}: the source broke" in end["stdin_error"]
 
 
 async def test_the_command_runs_in_the_session_and_reads_as_input_comes(api: RemoteBashSession,

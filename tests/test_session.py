@@ -837,22 +837,42 @@ async def test_an_interrupted_calls_record_that_cannot_be_written_is_said(web1: 
         await task
 
 
-async def test_an_output_callback_that_raises_stops_the_command_and_is_said(web1: Host, hosts: TestHosts) -> None:
+class _Odd(BaseException):
+    """Not an Exception: asyncssh would end the connection on it."""
+
+
+@pytest.mark.parametrize("raised", [RuntimeError, asyncio.CancelledError, _Odd])
+async def test_an_output_callback_that_raises_stops_the_command_and_is_said(web1: Host, hosts: TestHosts,
+                                                                           raised: type[BaseException]) -> None:
     mark = marker()
     seen: list[str] = []
 
     def boom(text: str) -> None:
         seen.append(text)
-        raise RuntimeError("the caller's bug")
+        raise raised("the caller's bug")
 
     async with RemoteBashSession(web1, kill_grace=0.3) as s:
-        with pytest.raises(SessionError, match=r"^web-1: the on_output callback raised RuntimeError: the caller's bug "
-                                               r"while the command ran; it was stopped \(signals sent: INT") as err:
+        said = rf"^web-1: the on_output callback raised {raised.__name__}: the caller's bug while the command ran; "
+        with pytest.raises(SessionError, match=said + r"it was stopped \(signals sent: INT") as err:
             await s.run(f"echo go; bash -c 'sleep 1000; : {mark}'; echo never", timeout=60, on_output=boom)
-        assert isinstance(err.value.__cause__, RuntimeError)
+        assert isinstance(err.value.__cause__, raised)
         assert not isinstance(err.value, SessionClosed)
         assert seen == ["go\n"]  # not called again
         assert processes_with(mark, hosts.user) == []
+        assert (await s.run("echo still here")).output == "still here\n"
+
+
+async def test_an_output_callback_that_raises_on_the_last_output_is_said_with_the_result(web1: Host) -> None:
+    def boom(text: str) -> None:
+        if "LAST" in text:
+            raise ValueError("on the last")
+
+    async with RemoteBashSession(web1) as s:
+        with pytest.raises(SessionError, match=r"raised ValueError: on the last on the command's last output, after "
+                                               r"the command ended \(exit status 3\)") as err:
+            await s.run("printf 'first\\nLAST'; exit_with() { return 3; }; exit_with", on_output=boom)
+        result = err.value.result  # type: ignore[attr-defined]
+        assert (result.output, result.exit_code) == ("first\nLAST", 3)
         assert (await s.run("echo still here")).output == "still here\n"
 
 
