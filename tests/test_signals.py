@@ -165,21 +165,28 @@ def _delivered(pid: int, sig: signal.Signals) -> bool:
     return not any(mask & (1 << (sig - 1)) for mask in masks)
 
 
-def test_a_second_sigterm_does_not_cut_the_kill_short_and_says_so(env: dict[str, str], hosts: TestHosts) -> None:
+@pytest.mark.parametrize(("first", "second"), [
+    (signal.SIGTERM, signal.SIGTERM), (signal.SIGTERM, signal.SIGINT), (signal.SIGINT, signal.SIGTERM),
+])
+def test_a_second_signal_does_not_cut_the_kill_short_and_says_so(env: dict[str, str], hosts: TestHosts,
+                                                                 first: signal.Signals, second: signal.Signals) -> None:
     marker = f"sleep 300.{str(uuid.uuid4().int)[:9]}"
     # A command that ignores INT and TERM: stopping it takes every round of the kill, long enough
     # for a second signal to arrive while it is under way.
     proc = _start(env, "exec", "sig-a", "--", f"trap '' INT TERM; {marker}")
     try:
         wait_until(lambda: processes_with(marker, hosts.user), within=30, what=f"{marker} to run on the host")
-        proc.send_signal(signal.SIGTERM)
-        wait_until(lambda: _delivered(proc.pid, signal.SIGTERM), within=10, what="the first SIGTERM to arrive")
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(40) == 143
+        proc.send_signal(first)
+        wait_until(lambda: _delivered(proc.pid, first), within=10, what=f"the first {first.name} to arrive")
+        proc.send_signal(second)
+        status = proc.wait(40)
     finally:
         proc.kill()
         _, stderr = proc.communicate()
-    assert "already stopping" in stderr and "stopped by SIGTERM" in stderr, stderr
+    assert status == (130 if first == signal.SIGINT else 128 + first), stderr
+    assert "already stopping" in stderr, stderr
+    if first != signal.SIGINT:
+        assert f"stopped by {first.name}" in stderr, stderr
     assert processes_with(marker, hosts.user) == []
     end = _ended(audit_records(env, "sig-a"), marker)
     assert end["interrupted"] is True and "KILL" in end["kill"]["signals"]

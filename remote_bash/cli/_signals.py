@@ -92,17 +92,26 @@ def interrupted() -> int:
     return status(EXIT_INTERRUPTED)
 
 
+def _runner_interrupted(handler: Any) -> bool:
+    """Whether ``handler`` is an asyncio runner's SIGINT handler that already cancelled the main
+    task (Ctrl-C came first): calling it again would raise KeyboardInterrupt mid-kill."""
+    owner = getattr(getattr(handler, "func", None), "__self__", None)
+    count = getattr(owner, "_interrupt_count", 0)
+    return isinstance(count, int) and count >= 1
+
+
 def _on_signal(signum: int, frame: FrameType | None) -> None:
     global _started
-    if _received:
-        left = max(0.0, CLEANUP_DEADLINE - (time.monotonic() - _started))
+    handler = _signal.getsignal(_signal.SIGINT)
+    if _received or _runner_interrupted(handler):
         import contextlib
 
         from ._output import PROG, _err
 
+        left = (f"; giving up in at most {max(0.0, CLEANUP_DEADLINE - (time.monotonic() - _started)):.0f} s"
+                if _received else "")
         with contextlib.suppress(RuntimeError):  # a write interrupted by this very handler
-            _err(f"{PROG}: {name(signum)}: already stopping (killing what runs on the host and auditing it); "
-                 f"giving up in at most {left:.0f} s")
+            _err(f"{PROG}: {name(signum)}: already stopping (killing what runs on the host and auditing it){left}")
         return
     import threading
 
@@ -110,7 +119,9 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     _received.append(signum)
     _started = time.monotonic()
     threading.Thread(target=_watchdog, args=(signum,), name="remote-bash-stop", daemon=True).start()
-    handler = _signal.getsignal(_signal.SIGINT)
+    # From now on Ctrl-C too is a second signal: it says that stopping goes on, and does not reach
+    # the asyncio runner, whose second SIGINT raises KeyboardInterrupt in the middle of the kill.
+    _signal.signal(_signal.SIGINT, _on_signal)
     if callable(handler) and getattr(handler, "__module__", "") != "asyncio.unix_events":
         # The asyncio runner's handler (cancel the main task), Python's default (KeyboardInterrupt;
         # the shell asks received() whether to end rather than draw a fresh prompt) or a command's
