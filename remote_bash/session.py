@@ -329,10 +329,10 @@ class RemoteBashSession:
         """The command ``check_policy`` just allowed, with the policy it was checked against."""
         self._running: asyncio.Task[Any] | None = None
         self._cut: _Cut | None = None
+        """The call that ``close()`` or ``restart()`` interrupted: its caller is told so, not cancelled."""
         self._closing: asyncio.Task[KillReport | None] | None = None
         """The close under way or done: a second ``close()`` waits for it, and a cancelled caller
         does not cut it short."""
-        """The call that ``close()`` or ``restart()`` interrupted: its caller is told so, not cancelled."""
         self._stage = _NOT_SENT
         """Where the call in flight is: not sent yet, sent and waited for, or ended (its result is
         being made: ``close()`` then waits for it rather than interrupt it)."""
@@ -1174,9 +1174,11 @@ class RemoteBashSession:
         if failed is not None:
             # The callback raised on the last of the output, once the command had ended: nothing
             # was left to stop, and the result stands. Said all the same, with the result on it.
+            ended = (f"exit status {exit_code}" if exit_code is not None
+                     else "timed out and killed" if timed_out else "the shell ended")
             said = SessionError(
                 f"the on_output callback raised {type(failed).__name__}: {failed} on the command's last output, "
-                f"after the command ended (exit status {exit_code}); the result is on this error's 'result'",
+                f"after the command ended ({ended}); the result is on this error's 'result'",
                 host=self.host.name)
             said.result = result  # type: ignore[attr-defined]
             raise said from failed
