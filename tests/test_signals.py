@@ -183,9 +183,11 @@ def test_a_second_signal_does_not_cut_the_kill_short_and_says_so(env: dict[str, 
     finally:
         proc.kill()
         _, stderr = proc.communicate()
-    assert status == (130 if first == signal.SIGINT else 128 + first), stderr
+    # Two signals pending at once are handled lowest number first (Python's order): a TERM not yet
+    # handled when the INT comes then stops the command as the second, after Ctrl-C.
+    assert status in (128 + first, 130), stderr
     assert "already stopping" in stderr, stderr
-    if first != signal.SIGINT:
+    if status != 130:
         assert f"stopped by {first.name}" in stderr, stderr
     assert processes_with(marker, hosts.user) == []
     end = _ended(audit_records(env, "sig-a"), marker)

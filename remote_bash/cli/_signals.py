@@ -118,10 +118,14 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     _finished.append(threading.Event())
     _received.append(signum)
     _started = time.monotonic()
-    threading.Thread(target=_watchdog, args=(signum,), name="remote-bash-stop", daemon=True).start()
     # From now on Ctrl-C too is a second signal: it says that stopping goes on, and does not reach
     # the asyncio runner, whose second SIGINT raises KeyboardInterrupt in the middle of the kill.
-    _signal.signal(_signal.SIGINT, _on_signal)
+    # Swapped before anything else: a Ctrl-C whose handler ran since the check above has already
+    # cancelled the command, and the runner's handler must then not be called a second time.
+    handler = _signal.signal(_signal.SIGINT, _on_signal)
+    threading.Thread(target=_watchdog, args=(signum,), name="remote-bash-stop", daemon=True).start()
+    if _runner_interrupted(handler):
+        return
     if callable(handler) and getattr(handler, "__module__", "") != "asyncio.unix_events":
         # The asyncio runner's handler (cancel the main task), Python's default (KeyboardInterrupt;
         # the shell asks received() whether to end rather than draw a fresh prompt) or a command's
