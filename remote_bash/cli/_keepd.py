@@ -354,18 +354,15 @@ class _Daemon:
                 echo.finish(None)
                 send({"e": f"{PROG}: interrupted", "x": EXIT_INTERRUPTED})
                 return
-            except SessionClosed as exc:
-                echo.finish(None)
-                if self.stopping is None:
-                    raise
-                # Nobody pressed Ctrl-C: the session was closed under the call; say by what, and
-                # what was done to the command (the session's words).
-                send({"e": f"{PROG}: {self.host}: the kept session was closed during the call "
-                           f"({self.stopping}): {_one_line(exc.message)}", "x": EXIT_ERROR})
-                return
             except Exception as exc:
                 echo.finish(None)
-                self._fail(send, await self._after_loss(exc))
+                if isinstance(exc, SessionClosed) and self.stopping is not None:
+                    # Nobody pressed Ctrl-C: the session was closed under the call; say by what, and
+                    # what was done to the command (the session's words).
+                    send({"e": f"{PROG}: {self.host}: the kept session was closed during the call "
+                               f"({self.stopping}): {_one_line(exc.message)}", "x": EXIT_ERROR})
+                else:
+                    self._fail(send, await self._after_loss(exc))
                 return
         finally:
             watch.cancel()
